@@ -1,0 +1,24 @@
+"""Capsule networks for Keras 3: dynamic routing and EM routing.
+
+Runs on TensorFlow, JAX and PyTorch through `keras.ops`.
+"""
+
+from keras_capsules import callbacks
+from keras_capsules import datasets
+from keras_capsules import layers
+from keras_capsules import losses
+from keras_capsules import models
+from keras_capsules import ops
+from keras_capsules.version import __version__
+from keras_capsules.version import version
+
+__all__ = [
+    "__version__",
+    "callbacks",
+    "datasets",
+    "layers",
+    "losses",
+    "models",
+    "ops",
+    "version",
+]

@@ -1,0 +1,1 @@
+"""Public callbacks of keras_capsules."""

@@ -1,0 +1,1 @@
+"""Public datasets of keras_capsules."""

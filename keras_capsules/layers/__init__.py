@@ -1,0 +1,1 @@
+"""Public layers of keras_capsules."""

@@ -1,0 +1,1 @@
+"""Public losses of keras_capsules."""

@@ -1,0 +1,1 @@
+"""Public models of keras_capsules."""

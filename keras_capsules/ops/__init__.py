@@ -1,0 +1,1 @@
+"""Public ops of keras_capsules."""

@@ -1,0 +1,3 @@
+"""Test helpers built on the public Keras API."""
+
+from keras_capsules.testing.test_case import TestCase

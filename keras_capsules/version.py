@@ -1,0 +1,7 @@
+"""The single source of the package version."""
+
+__version__ = "0.1.0"
+
+
+def version():
+    return __version__
