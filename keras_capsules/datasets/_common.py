@@ -1,0 +1,167 @@
+"""Private helpers shared by the dataset pipelines.
+
+TensorFlow and TensorFlow Datasets are optional extras of keras_capsules, so
+they are imported here lazily, inside functions, and never at module level.
+"""
+
+import gzip
+import os
+
+_INSTALL_HINT = (
+    "Install the optional dataset dependencies with "
+    "`pip install keras-capsules[datasets]` (tensorflow, "
+    "tensorflow-datasets and importlib_resources)."
+)
+
+
+def import_tensorflow(function_name):
+    """Returns the `tensorflow` module or raises an actionable ImportError."""
+    try:
+        import tensorflow as tf
+    except ImportError as error:
+        raise ImportError(
+            f"`{function_name}` builds a `tf.data.Dataset` and needs "
+            f"TensorFlow, which could not be imported ({error}). "
+            f"{_INSTALL_HINT}"
+        ) from error
+    return tf
+
+
+def import_tfds(function_name):
+    """Returns `tensorflow_datasets` or raises an actionable ImportError."""
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as error:
+        # TFDS 4.9.x imports importlib_resources on every Python version but
+        # declares it only for Python < 3.9, so a missing backport surfaces
+        # here as a ModuleNotFoundError from inside TFDS.
+        raise ImportError(
+            f"`{function_name}` reads data through TensorFlow Datasets, "
+            f"which could not be imported ({error}). {_INSTALL_HINT}"
+        ) from error
+    return tfds
+
+
+def read_maybe_gzipped(path):
+    """Reads a whole file, decompressing it when it is gzipped.
+
+    Compression is detected from the gzip magic bytes, not the file name, so
+    `.gz` files that were decompressed in place keep working.
+    """
+    with open(os.fspath(path), "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return data
+
+
+def validate_split(function_name, split):
+    if split not in ("train", "test"):
+        raise ValueError(
+            f"`{function_name}`: argument `split` must be 'train' or "
+            f"'test'. Received: split={split}"
+        )
+
+
+def validate_positive_int(function_name, name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"`{function_name}`: argument `{name}` must be a positive "
+            f"integer. Received: {name}={value}"
+        )
+
+
+def validate_optional_int(function_name, name, value, minimum=0):
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+    ):
+        raise ValueError(
+            f"`{function_name}`: argument `{name}` must be None or an "
+            f"integer >= {minimum}. Received: {name}={value}"
+        )
+
+
+def validate_bool(function_name, name, value, allow_none=False):
+    if value is None and allow_none:
+        return
+    if not isinstance(value, bool):
+        expected = "None or a bool" if allow_none else "a bool"
+        raise TypeError(
+            f"`{function_name}`: argument `{name}` must be {expected}. "
+            f"Received: {name}={value}"
+        )
+
+
+def validate_optional_dir(function_name, name, value):
+    if value is None:
+        return
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(
+            f"`{function_name}`: argument `{name}` must be None or a path. "
+            f"Received: {name}={value}"
+        )
+
+
+def file_size(path):
+    """Returns the size of `path` in bytes, or None if it is not a file."""
+    try:
+        return os.path.getsize(path) if os.path.isfile(path) else None
+    except OSError:
+        return None
+
+
+def check_original_files(function_name, manual_dir, sizes, hint=""):
+    """Checks that `manual_dir` holds the original files TFDS will accept.
+
+    TFDS verifies sizes and checksums of the files in `manual_dir`; a missing
+    file sends it to the network, where it retries for minutes. Checking
+    names and sizes here turns both cases into an immediate error.
+
+    Args:
+        function_name: Name of the public function, for the message.
+        manual_dir: The folder to check.
+        sizes: Dict mapping each expected file name to its size in bytes.
+        hint: Optional sentence appended to the message.
+
+    Raises:
+        FileNotFoundError: If a file is missing.
+        ValueError: If a file has a size other than the original's.
+    """
+    missing = []
+    wrong = []
+    for name, size in sizes.items():
+        actual = file_size(os.path.join(manual_dir, name))
+        if actual is None:
+            missing.append(name)
+        elif actual != size:
+            wrong.append(f"{name} ({actual} bytes, expected {size})")
+    if missing:
+        raise FileNotFoundError(
+            f"`{function_name}`: `manual_dir` lacks {', '.join(missing)}. "
+            f"TensorFlow Datasets builds the dataset offline from the "
+            f"original files {', '.join(sizes)}, all in `manual_dir`.{hint} "
+            f"Received: manual_dir={manual_dir}"
+        )
+    if wrong:
+        raise ValueError(
+            f"`{function_name}`: files in `manual_dir` differ from the "
+            f"originals that TensorFlow Datasets checks: {', '.join(wrong)}."
+            f"{hint} Received: manual_dir={manual_dir}"
+        )
+
+
+def element_seeds(tf, seed):
+    """Returns an infinite dataset of stateless-op seeds of shape `(2,)`.
+
+    Zipping this with examples (or batches) gives each its own seed while
+    the whole stream stays reproducible for a fixed `seed`;
+    `rerandomize_each_iteration` draws fresh seeds every epoch.
+    """
+    return (
+        tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+        .batch(2, drop_remainder=True)
+    )

@@ -1,0 +1,331 @@
+"""MNIST input pipelines for capsule networks.
+
+`load` builds the `tf.data` pipeline used to train CapsNet (Sabour et al.,
+2017) from TensorFlow Datasets, offline from the four original idx files when
+`manual_dir` is given. `load_sample` returns a small balanced subset that ships
+with the package and needs only NumPy, for tests, docs and quick experiments.
+`read_idx` reads the original idx files.
+
+MNIST is by Yann LeCun and Corinna Cortes, licensed CC BY-SA 3.0; see
+`MNIST_SAMPLE.md` next to this module.
+"""
+
+import os
+import struct
+
+import numpy as np
+
+from keras_capsules.datasets import _common
+
+NUM_CLASSES = 10
+IMAGE_SHAPE = (28, 28, 1)
+
+# Sabour et al. (2017), section 5: "shifted by up to 2 pixels in each
+# direction with zero padding".
+_MAX_SHIFT = 2
+_DEFAULT_SHUFFLE_BUFFER = 10000
+
+# Sizes in bytes of the original files, as registered by TensorFlow Datasets.
+_ORIGINAL_SIZES = {
+    "train-images-idx3-ubyte.gz": 9912422,
+    "train-labels-idx1-ubyte.gz": 28881,
+    "t10k-images-idx3-ubyte.gz": 1648877,
+    "t10k-labels-idx1-ubyte.gz": 4542,
+}
+_FILES = tuple(_ORIGINAL_SIZES)
+
+_SAMPLE_PATH = os.path.join(os.path.dirname(__file__), "mnist_sample.npz")
+
+# Type codes of the idx format (third byte of the magic number); the payload
+# is big-endian.
+_IDX_DTYPES = {
+    0x08: np.dtype("u1"),
+    0x09: np.dtype("i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+
+
+def read_idx(path):
+    """Reads an idx file (the original MNIST format) into a NumPy array.
+
+    The idx format is a 4-byte magic number (two zero bytes, a type code and
+    the number of dimensions), one big-endian int32 per dimension, then the
+    data in C order. Gzipped files (`.gz`, detected from their content) are
+    decompressed on the fly.
+
+    Args:
+        path: Path of an idx file, gzipped or not, for example
+            `"train-images-idx3-ubyte.gz"`.
+
+    Returns:
+        A NumPy array with the shape and dtype stored in the file, in native
+        byte order (`uint8` for the MNIST images and labels).
+
+    Raises:
+        ValueError: If the file is not a valid idx file.
+
+    Example:
+
+    ```python
+    images = keras_capsules.datasets.mnist.read_idx(
+        "mnist/train-images-idx3-ubyte.gz"
+    )  # (60000, 28, 28) uint8
+    ```
+    """
+    data = _common.read_maybe_gzipped(path)
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise ValueError(
+            "`read_idx`: the file is not an idx file (its magic number must "
+            f"start with two zero bytes). Received: path={path}"
+        )
+    type_code, ndim = data[2], data[3]
+    if type_code not in _IDX_DTYPES:
+        raise ValueError(
+            f"`read_idx`: unknown idx type code {type_code:#04x}; expected "
+            f"one of {sorted(_IDX_DTYPES)}. Received: path={path}"
+        )
+    dtype = _IDX_DTYPES[type_code]
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise ValueError(
+            f"`read_idx`: the file is truncated inside its header. "
+            f"Received: path={path}"
+        )
+    shape = struct.unpack(f">{ndim}i", data[4:header])
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(data) - header != count * dtype.itemsize:
+        raise ValueError(
+            f"`read_idx`: the header announces shape {shape} "
+            f"({count * dtype.itemsize} bytes of data) but the file holds "
+            f"{len(data) - header} bytes. Received: path={path}"
+        )
+    array = np.frombuffer(data, dtype=dtype, count=count, offset=header)
+    return array.reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def load_sample(split="train"):
+    """Loads the small MNIST sample embedded in the package.
+
+    The sample holds 5000 training images (500 per class) and 1000 test images
+    (100 per class), chosen deterministically and evenly spread over the
+    original MNIST training and test sets (see
+    `scripts/make_mnist_sample.py`). It needs only NumPy, so it suits unit
+    tests, documentation and smoke runs on any backend.
+
+    Args:
+        split: `"train"` or `"test"`. Defaults to `"train"`.
+
+    Returns:
+        A tuple `(x, y)` of NumPy arrays: `x` float32 images of shape
+        `(N, 28, 28, 1)` with values in `[0, 1]`, `y` float32 one-hot labels
+        of shape `(N, 10)`, in the order of the original data set.
+
+    Raises:
+        ValueError: If `split` is not `"train"` or `"test"`.
+
+    Example:
+
+    ```python
+    x, y = keras_capsules.datasets.mnist.load_sample("test")
+    x.shape, y.shape  # ((1000, 28, 28, 1), (1000, 10))
+    ```
+    """
+    _common.validate_split("mnist.load_sample", split)
+    with np.load(_SAMPLE_PATH) as sample:
+        images = sample[f"x_{split}"]
+        labels = sample[f"y_{split}"]
+    x = images.astype("float32")[..., None] / np.float32(255.0)
+    y = np.eye(NUM_CLASSES, dtype="float32")[labels]
+    return x, y
+
+
+def load(
+    split="train",
+    batch_size=128,
+    shuffle_buffer=None,
+    augment=None,
+    manual_dir=None,
+    data_dir=None,
+    seed=None,
+    drop_remainder=False,
+):
+    """Loads MNIST as a batched, prefetched `tf.data.Dataset`.
+
+    The data comes from TensorFlow Datasets (`tfds.load("mnist")`). Without
+    `manual_dir`, the data must already be prepared in `data_dir`; with
+    `manual_dir`, the dataset is built offline from the four original `.gz`
+    idx files found there (TFDS checks their sizes and checksums) and stored
+    in `data_dir` for later calls. Nothing is downloaded: when no data can be
+    had, a `FileNotFoundError` is raised at once instead of TFDS's minutes of
+    network retries.
+
+    For training, images are shuffled and augmented as in the paper: each
+    image is shifted by a random integer number of pixels, up to 2 in each
+    direction, with zero fill (zero-pad by 2, then a random 28x28 crop).
+    Keras `fit` accepts the result on every backend.
+
+    Sabour et al., 2017, [Dynamic Routing Between Capsules](
+    https://arxiv.org/abs/1710.09829), section 5.
+
+    Args:
+        split: `"train"` or `"test"`. Defaults to `"train"`.
+        batch_size: Positive int, examples per batch. Defaults to `128`.
+        shuffle_buffer: Size of the shuffle buffer, `0` to keep the original
+            order, or `None` for `10000` on the training split and no
+            shuffling on the test split. Defaults to `None`.
+        augment: Whether to apply the random shifts of up to 2 pixels. `None`
+            means `True` for the training split and `False` for the test
+            split. Defaults to `None`.
+        manual_dir: Optional folder with the original
+            `train-images-idx3-ubyte.gz`, `train-labels-idx1-ubyte.gz`,
+            `t10k-images-idx3-ubyte.gz` and `t10k-labels-idx1-ubyte.gz`,
+            used to build the dataset offline when it is not prepared yet.
+            Defaults to `None`.
+        data_dir: TFDS data directory holding (or receiving) the prepared
+            dataset. `None` uses the TFDS default (`~/tensorflow_datasets`).
+            Defaults to `None`.
+        seed: Optional int making file order, shuffling and augmentation
+            reproducible. Defaults to `None`.
+        drop_remainder: Whether to drop the last batch when it is smaller
+            than `batch_size`, giving a static batch dimension. Defaults to
+            `False`.
+
+    Returns:
+        A `tf.data.Dataset` of `(images, labels)`: `images` float32 of shape
+        `(batch, 28, 28, 1)` with values in `[0, 1]`, `labels` float32
+        one-hot of shape `(batch, 10)`.
+
+    Raises:
+        ValueError: If an argument has an invalid value, or if the files in
+            `manual_dir` are not the originals (their sizes differ).
+        TypeError: If an argument has the wrong type.
+        FileNotFoundError: If the dataset is not prepared in `data_dir` and
+            `manual_dir` is missing or lacks some of the four files.
+        ImportError: If TensorFlow or TensorFlow Datasets is not installed.
+
+    Example:
+
+    ```python
+    train = keras_capsules.datasets.mnist.load(
+        "train", batch_size=128, manual_dir="data/mnist", seed=0
+    )
+    model.fit(train, epochs=10, shuffle=False)  # the dataset shuffles
+    ```
+    """
+    fn = "mnist.load"
+    _common.validate_split(fn, split)
+    _common.validate_positive_int(fn, "batch_size", batch_size)
+    _common.validate_optional_int(fn, "shuffle_buffer", shuffle_buffer)
+    _common.validate_bool(fn, "augment", augment, allow_none=True)
+    _common.validate_optional_dir(fn, "manual_dir", manual_dir)
+    _common.validate_optional_dir(fn, "data_dir", data_dir)
+    _common.validate_optional_int(fn, "seed", seed)
+    _common.validate_bool(fn, "drop_remainder", drop_remainder)
+    if manual_dir is not None:
+        manual_dir = os.path.expanduser(os.fspath(manual_dir))
+    training = split == "train"
+    if augment is None:
+        augment = training
+    if shuffle_buffer is None:
+        shuffle_buffer = _DEFAULT_SHUFFLE_BUFFER if training else 0
+
+    tf = _common.import_tensorflow(fn)
+    tfds = _common.import_tfds(fn)
+    dataset = _load_tfds(
+        tfds, split, manual_dir, data_dir, seed, shuffle_buffer > 1
+    )
+    # The decoded uint8 split is ~47 MB: caching it spares a PNG decode of
+    # every image in every epoch.
+    dataset = dataset.cache()
+    if shuffle_buffer > 1:
+        dataset = dataset.shuffle(
+            shuffle_buffer, seed=seed, reshuffle_each_iteration=True
+        )
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+
+    def to_float(images, labels):
+        images = tf.cast(images, "float32") / 255.0
+        return images, tf.one_hot(labels, NUM_CLASSES, dtype="float32")
+
+    if augment:
+        # Shifting whole batches with gathers costs far less per image than
+        # a per-example crop, which matters on few CPU cores.
+        dataset = tf.data.Dataset.zip(
+            (dataset, _common.element_seeds(tf, seed))
+        ).map(
+            lambda batch, seeds: to_float(
+                _random_shift(tf, batch[0], seeds), batch[1]
+            ),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+    else:
+        dataset = dataset.map(to_float, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _random_shift(tf, images, seed):
+    """Shifts each image of a batch by up to `_MAX_SHIFT` pixels per axis."""
+    height, width, _ = IMAGE_SHAPE
+    padded = tf.pad(
+        images,
+        [[0, 0], [_MAX_SHIFT, _MAX_SHIFT], [_MAX_SHIFT, _MAX_SHIFT], [0, 0]],
+    )
+    offsets = tf.random.stateless_uniform(
+        (tf.shape(images)[0], 2),
+        seed=seed,
+        minval=0,
+        maxval=2 * _MAX_SHIFT + 1,
+        dtype="int32",
+    )
+    rows = offsets[:, :1] + tf.range(height)[None, :]
+    cols = offsets[:, 1:] + tf.range(width)[None, :]
+    shifted = tf.gather(padded, rows, axis=1, batch_dims=1)
+    return tf.gather(shifted, cols, axis=2, batch_dims=1)
+
+
+def _load_tfds(tfds, split, manual_dir, data_dir, seed, shuffle_files):
+    fn = "mnist.load"
+    read_config = tfds.ReadConfig(shuffle_seed=seed)
+    kwargs = dict(
+        split=split,
+        as_supervised=True,
+        data_dir=data_dir,
+        shuffle_files=shuffle_files,
+        read_config=read_config,
+    )
+    builder = tfds.builder("mnist", data_dir=data_dir)
+    if manual_dir is not None and not builder.is_prepared():
+        _common.check_original_files(fn, manual_dir, _ORIGINAL_SIZES)
+        config = tfds.download.DownloadConfig(
+            manual_dir=os.fspath(manual_dir),
+            # TFDS reuses extractions by file name, so every dataset gets its
+            # own extraction folder.
+            extract_dir=os.path.join(
+                builder.data_dir_root, "downloads", "extracted", "mnist"
+            ),
+            try_download_gcs=False,
+        )
+        return tfds.load(
+            "mnist",
+            download=True,
+            download_and_prepare_kwargs={"download_config": config},
+            **kwargs,
+        )
+    try:
+        return tfds.load("mnist", download=False, **kwargs)
+    except AssertionError as error:
+        # TFDS signals "not prepared" with an AssertionError; checking
+        # `is_prepared()` up front instead would defeat
+        # `tfds.testing.mock_data`, which mocks only the reading.
+        raise FileNotFoundError(
+            f"`{fn}`: MNIST is not prepared in {builder.data_dir_root} and "
+            "no `manual_dir` was given, and this function never downloads. "
+            f"Pass `manual_dir` pointing to a folder with {', '.join(_FILES)}"
+            " (from http://yann.lecun.com/exdb/mnist/ or a mirror), or "
+            "prepare the dataset once with "
+            "`tfds.builder('mnist', data_dir=...).download_and_prepare()`. "
+            f"Received: manual_dir={manual_dir}"
+        ) from error

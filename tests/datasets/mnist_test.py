@@ -1,0 +1,400 @@
+import contextlib
+import gzip
+import importlib.util
+import os
+import struct
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+from absl.testing import parameterized
+
+from keras_capsules import testing
+from keras_capsules.datasets import mnist
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+_MNIST_DIR = os.path.join(_REPO, "..", "shared", "data", "mnist")
+_HAS_MNIST = all(
+    os.path.isfile(os.path.join(_MNIST_DIR, name))
+    for name in (
+        "train-images-idx3-ubyte.gz",
+        "train-labels-idx1-ubyte.gz",
+        "t10k-images-idx3-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz",
+    )
+)
+# Published label counts of the MNIST training and test sets.
+_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+# idx type codes, written independently of the reader under test.
+_ABSENT = object()
+_IDX_CODES = {"uint8": 0x08, "int8": 0x09, "int16": 0x0B, "int32": 0x0C,
+              "float32": 0x0D, "float64": 0x0E}
+
+
+def _write_idx(path, array, compress):
+    array = np.asarray(array)
+    header = bytes([0, 0, _IDX_CODES[array.dtype.name], array.ndim])
+    header += struct.pack(f">{array.ndim}i", *array.shape)
+    payload = header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+    opener = gzip.open if compress else open
+    with opener(path, "wb") as f:
+        f.write(payload)
+
+
+@contextlib.contextmanager
+def _without_tfds():
+    """Makes `import tensorflow_datasets` fail, touching nothing else."""
+    # Only this entry is swapped: restoring all of sys.modules would drop
+    # modules that TensorFlow imports lazily meanwhile.
+    saved = sys.modules.get("tensorflow_datasets", _ABSENT)
+    sys.modules["tensorflow_datasets"] = None
+    try:
+        yield
+    finally:
+        if saved is _ABSENT:
+            del sys.modules["tensorflow_datasets"]
+        else:
+            sys.modules["tensorflow_datasets"] = saved
+
+
+def _tfds():
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        pytest.skip("tensorflow_datasets is not installed")
+    return tfds
+
+
+def _batches(dataset):
+    return [
+        tuple(np.asarray(t) for t in batch)
+        for batch in dataset.as_numpy_iterator()
+    ]
+
+
+def _load_script():
+    path = os.path.join(_REPO, "scripts", "make_mnist_sample.py")
+    spec = importlib.util.spec_from_file_location("make_mnist_sample", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _shift_with_zero_fill(image, dy, dx):
+    """Moves content by (dy, dx) pixels, filling the uncovered border."""
+    height, width = image.shape[:2]
+    padded = np.pad(image, ((2, 2), (2, 2), (0, 0)))
+    return padded[2 - dy : 2 - dy + height, 2 - dx : 2 - dx + width]
+
+
+class ReadIdxTest(testing.TestCase):
+    @parameterized.named_parameters(
+        ("uint8_images_gz", (3, 28, 28), "uint8", True),
+        ("uint8_labels_raw", (7,), "uint8", False),
+        ("int16_raw", (2, 5), "int16", False),
+        ("int32_gz", (4, 3), "int32", True),
+        ("float32_gz", (2, 3, 4), "float32", True),
+        ("float64_raw", (5,), "float64", False),
+    )
+    def test_round_trip(self, shape, dtype, compress):
+        rng = np.random.default_rng(0)
+        array = (rng.standard_normal(shape) * 100).astype(dtype)
+        path = os.path.join(self.get_temp_dir(), "data-idx")
+        _write_idx(path, array, compress)
+        result = mnist.read_idx(path)
+        self.assertEqual(result.shape, array.shape)
+        self.assertEqual(result.dtype, np.dtype(dtype))
+        self.assertTrue(result.dtype.isnative)
+        np.testing.assert_array_equal(result, array)
+
+    def test_not_idx(self):
+        path = os.path.join(self.get_temp_dir(), "bad")
+        with open(path, "wb") as f:
+            f.write(b"\x1e\x3d\x4c\x55" + bytes(16))
+        with self.assertRaisesRegex(ValueError, "not an idx file.*path="):
+            mnist.read_idx(path)
+
+    def test_unknown_type_code(self):
+        path = os.path.join(self.get_temp_dir(), "bad")
+        with open(path, "wb") as f:
+            f.write(bytes([0, 0, 0x07, 1]) + struct.pack(">i", 1) + b"x")
+        with self.assertRaisesRegex(ValueError, "unknown idx type code"):
+            mnist.read_idx(path)
+
+    def test_truncated(self):
+        path = os.path.join(self.get_temp_dir(), "bad.gz")
+        _write_idx(path, np.zeros((4, 2), "uint8"), compress=True)
+        data = gzip.decompress(open(path, "rb").read())[:-1]
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+        with self.assertRaisesRegex(ValueError, "holds 7 bytes"):
+            mnist.read_idx(path)
+
+    @pytest.mark.skipif(not _HAS_MNIST, reason="needs ../shared/data/mnist")
+    def test_real_labels(self):
+        for name, counts in (
+            ("train-labels-idx1-ubyte.gz", _TRAIN_COUNTS),
+            ("t10k-labels-idx1-ubyte.gz", _TEST_COUNTS),
+        ):
+            labels = mnist.read_idx(os.path.join(_MNIST_DIR, name))
+            self.assertEqual(labels.dtype, np.uint8)
+            self.assertEqual(list(np.bincount(labels)), counts)
+
+
+class LoadSampleTest(testing.TestCase):
+    @parameterized.named_parameters(("train", "train", 500),
+                                    ("test", "test", 100))
+    def test_shapes_balance_and_range(self, split, per_class):
+        x, y = mnist.load_sample(split)
+        self.assertEqual(x.shape, (10 * per_class, 28, 28, 1))
+        self.assertEqual(y.shape, (10 * per_class, 10))
+        self.assertEqual(x.dtype, np.float32)
+        self.assertEqual(y.dtype, np.float32)
+        self.assertGreaterEqual(x.min(), 0.0)
+        self.assertLessEqual(x.max(), 1.0)
+        self.assertEqual(x.max(), 1.0)
+        np.testing.assert_array_equal(y.sum(axis=1), 1.0)
+        self.assertTrue(np.all((y == 0) | (y == 1)))
+        np.testing.assert_array_equal(y.sum(axis=0), per_class)
+        # Real digits: a quarter or less of the pixels are ink.
+        ink = (x > 0.5).mean(axis=(1, 2, 3))
+        self.assertTrue(np.all((ink > 0.02) & (ink < 0.4)))
+
+    def test_bad_split(self):
+        with self.assertRaisesRegex(
+            ValueError, r"`mnist.load_sample`.*Received: split=validation$"
+        ):
+            mnist.load_sample("validation")
+
+    def test_file_size(self):
+        size = os.path.getsize(mnist._SAMPLE_PATH)
+        self.assertLess(size, 2 * 1024 * 1024)
+
+    @pytest.mark.skipif(not _HAS_MNIST, reason="needs ../shared/data/mnist")
+    def test_matches_original_files(self):
+        script = _load_script()
+        rebuilt = script.build_arrays(_MNIST_DIR)
+        with np.load(mnist._SAMPLE_PATH) as stored:
+            self.assertEqual(sorted(stored.files), sorted(rebuilt))
+            for name in stored.files:
+                np.testing.assert_array_equal(stored[name], rebuilt[name])
+        x, y = mnist.load_sample("test")
+        images = mnist.read_idx(
+            os.path.join(_MNIST_DIR, "t10k-images-idx3-ubyte.gz")
+        )
+        labels = mnist.read_idx(
+            os.path.join(_MNIST_DIR, "t10k-labels-idx1-ubyte.gz")
+        )
+        index = rebuilt["index_test"]
+        np.testing.assert_array_equal(
+            np.round(x[..., 0] * 255).astype(np.uint8), images[index]
+        )
+        np.testing.assert_array_equal(y.argmax(axis=1), labels[index])
+
+    def test_package_imports_without_tensorflow(self):
+        code = (
+            "import importlib.abc, sys\n"
+            "class Block(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name.split('.')[0] in ('tensorflow',\n"
+            "                                  'tensorflow_datasets'):\n"
+            "            raise ImportError('blocked ' + name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import keras_capsules\n"
+            "from keras_capsules.datasets import mnist\n"
+            "x, y = mnist.load_sample('test')\n"
+            "print('SHAPE', x.shape, y.shape)\n"
+            "try:\n"
+            "    mnist.load()\n"
+            "except ImportError as error:\n"
+            "    print('IMPORT_ERROR', error)\n"
+        )
+        env = dict(os.environ, KERAS_BACKEND="numpy")
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("SHAPE (1000, 28, 28, 1) (1000, 10)", result.stdout)
+        self.assertIn(
+            "pip install keras-capsules[datasets]", result.stdout
+        )
+
+
+class LoadTest(testing.TestCase):
+    def test_shapes_dtypes_and_ranges(self):
+        tfds = _tfds()
+        with tfds.testing.mock_data(num_examples=10):
+            dataset = mnist.load("train", batch_size=4, seed=0)
+        images_spec, labels_spec = dataset.element_spec
+        self.assertEqual(tuple(images_spec.shape), (None, 28, 28, 1))
+        self.assertEqual(tuple(labels_spec.shape), (None, 10))
+        batches = _batches(dataset)
+        self.assertEqual([len(x) for x, _ in batches], [4, 4, 2])
+        for x, y in batches:
+            self.assertEqual(x.dtype, np.float32)
+            self.assertEqual(y.dtype, np.float32)
+            self.assertGreaterEqual(x.min(), 0.0)
+            self.assertLessEqual(x.max(), 1.0)
+            np.testing.assert_array_equal(y.sum(axis=1), 1.0)
+            self.assertTrue(np.all((y == 0) | (y == 1)))
+
+    def test_drop_remainder_gives_static_batch(self):
+        tfds = _tfds()
+        with tfds.testing.mock_data(num_examples=10):
+            dataset = mnist.load(
+                "test", batch_size=4, drop_remainder=True
+            )
+        self.assertEqual(tuple(dataset.element_spec[0].shape), (4, 28, 28, 1))
+        self.assertEqual([len(x) for x, _ in _batches(dataset)], [4, 4])
+
+    def test_test_split_is_ordered_and_not_augmented(self):
+        tfds = _tfds()
+        with tfds.testing.mock_data(num_examples=6):
+            first = _batches(mnist.load("test", batch_size=6))
+            second = _batches(mnist.load("test", batch_size=6, seed=5))
+            plain = _batches(
+                mnist.load("test", batch_size=6, augment=False)
+            )
+        self.assertAllClose(first[0][0], second[0][0])
+        self.assertAllClose(first[0][0], plain[0][0])
+        self.assertAllClose(first[0][1], plain[0][1])
+
+    def test_augmentation_shifts_preserve_content(self):
+        tfds = _tfds()
+        with tfds.testing.mock_data(num_examples=16):
+            original, labels = _batches(
+                mnist.load("test", batch_size=16, augment=False)
+            )[0]
+            shifted, shifted_labels = _batches(
+                mnist.load("test", batch_size=16, augment=True, seed=7)
+            )[0]
+        self.assertAllClose(shifted_labels, labels)
+        shifts = []
+        for image, moved in zip(original, shifted):
+            matches = [
+                (dy, dx)
+                for dy in range(-2, 3)
+                for dx in range(-2, 3)
+                if np.array_equal(_shift_with_zero_fill(image, dy, dx), moved)
+            ]
+            self.assertLen(matches, 1)
+            shifts.append(matches[0])
+        # 16 draws from 25 shifts: all zero would mean no augmentation.
+        self.assertGreater(len(set(shifts)), 3)
+
+    def test_seed_makes_pipeline_reproducible(self):
+        tfds = _tfds()
+        with tfds.testing.mock_data(num_examples=12):
+            runs = [
+                _batches(mnist.load("train", batch_size=12, seed=seed))[0]
+                for seed in (3, 3, 4)
+            ]
+            reiterated = mnist.load("train", batch_size=12, seed=3)
+            epochs = [_batches(reiterated)[0] for _ in range(2)]
+        self.assertAllClose(runs[0][0], runs[1][0])
+        self.assertAllClose(runs[0][1], runs[1][1])
+        self.assertFalse(np.array_equal(runs[0][0], runs[2][0]))
+        # Each epoch draws new shifts and a new order.
+        self.assertFalse(np.array_equal(epochs[0][0], epochs[1][0]))
+
+    def test_fit_accepts_dataset(self):
+        tfds = _tfds()
+        with tfds.testing.mock_data(num_examples=8):
+            dataset = mnist.load("train", batch_size=4, seed=0)
+        model = keras.Sequential(
+            [
+                keras.Input((28, 28, 1)),
+                keras.layers.Flatten(),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
+        )
+        model.compile(optimizer="sgd", loss="categorical_crossentropy")
+        # Keras 3.15 warns when fit(shuffle=True) gets a tf.data.Dataset.
+        history = model.fit(dataset, epochs=1, shuffle=False, verbose=0)
+        self.assertTrue(np.isfinite(history.history["loss"][-1]))
+
+    @parameterized.named_parameters(
+        ("split", dict(split="validation"), ValueError,
+         r"`split` must be 'train' or 'test'\. Received: split=validation$"),
+        ("batch_size_zero", dict(batch_size=0), ValueError,
+         r"`batch_size` must be a positive integer\. "
+         r"Received: batch_size=0$"),
+        ("batch_size_bool", dict(batch_size=True), ValueError,
+         r"Received: batch_size=True$"),
+        ("shuffle_buffer", dict(shuffle_buffer=-1), ValueError,
+         r"Received: shuffle_buffer=-1$"),
+        ("augment", dict(augment="yes"), TypeError,
+         r"`augment` must be None or a bool\. Received: augment=yes$"),
+        ("seed", dict(seed=1.5), ValueError, r"Received: seed=1.5$"),
+        ("drop_remainder", dict(drop_remainder=None), TypeError,
+         r"Received: drop_remainder=None$"),
+        ("manual_dir", dict(manual_dir=3), TypeError,
+         r"Received: manual_dir=3$"),
+    )
+    def test_invalid_arguments(self, kwargs, error, pattern):
+        with self.assertRaisesRegex(error, r"`mnist.load`"):
+            mnist.load(**kwargs)
+        with self.assertRaisesRegex(error, pattern):
+            mnist.load(**kwargs)
+
+    def test_no_data_fails_fast(self):
+        _tfds()
+        data_dir = self.get_temp_dir()
+        empty_dir = self.get_temp_dir()
+        start = time.monotonic()
+        with self.assertRaisesRegex(
+            FileNotFoundError, r"not prepared.*Received: manual_dir=None$"
+        ):
+            mnist.load(data_dir=data_dir)
+        with self.assertRaisesRegex(
+            FileNotFoundError, r"lacks train-images-idx3-ubyte\.gz"
+        ):
+            mnist.load(data_dir=data_dir, manual_dir=empty_dir)
+        self.assertLess(time.monotonic() - start, 10.0)
+        self.assertEqual(os.listdir(empty_dir), [])
+
+    def test_wrong_files_fail_fast(self):
+        _tfds()
+        manual_dir = self.get_temp_dir()
+        for name in mnist._ORIGINAL_SIZES:
+            with open(os.path.join(manual_dir, name), "wb") as f:
+                f.write(b"not mnist")
+        with self.assertRaisesRegex(
+            ValueError, r"differ from the originals.*9 bytes, expected"
+        ):
+            mnist.load(data_dir=self.get_temp_dir(), manual_dir=manual_dir)
+
+    def test_missing_tfds_raises_actionable_import_error(self):
+        with _without_tfds():
+            with self.assertRaisesRegex(
+                ImportError,
+                r"`mnist.load`.*pip install keras-capsules\[datasets\]",
+            ):
+                mnist.load()
+
+    @pytest.mark.large
+    @pytest.mark.skipif(not _HAS_MNIST, reason="needs ../shared/data/mnist")
+    def test_builds_from_original_files(self):
+        data_dir = self.get_temp_dir()
+        dataset = mnist.load(
+            "test", batch_size=1000, manual_dir=_MNIST_DIR, data_dir=data_dir
+        )
+        counts = np.zeros(10)
+        for x, y in _batches(dataset):
+            counts += y.sum(axis=0)
+            self.assertLessEqual(x.max(), 1.0)
+        np.testing.assert_array_equal(counts, _TEST_COUNTS)
+        # Prepared now: no manual_dir needed any more.
+        train = mnist.load("train", batch_size=60000, data_dir=data_dir)
+        (x, y), = _batches(train)
+        self.assertEqual(x.shape, (60000, 28, 28, 1))
+        np.testing.assert_array_equal(y.sum(axis=0), _TRAIN_COUNTS)
