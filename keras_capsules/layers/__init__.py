@@ -1,1 +1,10 @@
 """Public layers of keras_capsules."""
+
+from keras_capsules.layers.conv_caps import ConvCaps
+from keras_capsules.layers.dense_caps import DenseCaps
+from keras_capsules.layers.em_class_caps import EMClassCaps
+from keras_capsules.layers.em_conv_caps import EMConvCaps
+from keras_capsules.layers.length import Length
+from keras_capsules.layers.mask import Mask
+from keras_capsules.layers.primary_caps import PrimaryCaps
+from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps

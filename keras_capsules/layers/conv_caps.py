@@ -1,0 +1,266 @@
+"""The ConvCaps layer: convolutional capsules with dynamic routing."""
+
+import keras
+from keras import ops
+
+from keras_capsules.layers.primary_caps import _check_padding
+from keras_capsules.layers.primary_caps import _check_pair
+from keras_capsules.layers.primary_caps import _check_positive_int
+from keras_capsules.layers.primary_caps import _conv_output_size
+from keras_capsules.ops.routing import dynamic_routing
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ConvCaps(keras.layers.Layer):
+    """Convolutional capsule layer with routing over input capsule types.
+
+    The "slim" convolutional capsule of the official code
+    (`conv_slim_capsule`). The input is a grid of capsules, `caps_in`
+    vectors of `dim_in` components at every position. One convolution
+    kernel of shape `(kernel_height, kernel_width, dim_in,
+    num_capsules * capsule_dim)`, shared by all input capsule types, is
+    applied to each input type separately, so every output position gets a
+    vote `(num_capsules, capsule_dim)` from each of the `caps_in` types.
+    Dynamic routing (Procedure 1) then runs independently at each output
+    position, over the input types, with a bias of shape
+    `(num_capsules, capsule_dim)` added before the squash.
+
+    Paper: [Dynamic Routing Between Capsules](
+    https://arxiv.org/abs/1710.09829) (Sabour, Frosst & Hinton, 2017).
+
+    Args:
+        num_capsules: Positive integer, the number of output capsule types
+            per position.
+        capsule_dim: Positive integer, the number of components of each
+            output capsule.
+        kernel_size: Positive integer or tuple of 2 positive integers, the
+            height and width of the convolution window.
+        strides: Positive integer or tuple of 2 positive integers, the
+            strides of the convolution. Defaults to `1`.
+        padding: `"valid"` or `"same"` (case-insensitive). Defaults to
+            `"valid"`.
+        routing_iterations: Positive integer, the number of routing
+            iterations. Defaults to `3`.
+        use_bias: Boolean, whether to add the bias before the squash.
+            Defaults to `True`, as in the official code.
+        leaky_routing: Boolean, whether to use the official leaky routing
+            (an extra zero logit in the softmax). Defaults to `False`.
+        stop_gradient: Boolean, whether to stop gradients through the
+            agreement updates and the non-final routing iterations.
+            Defaults to `False`.
+        kernel_initializer: Initializer for the kernel. Defaults to `None`,
+            which means `TruncatedNormal(stddev=0.1)`, the official init.
+        bias_initializer: Initializer for the bias. Defaults to `None`,
+            which means `Constant(0.1)`, the official init.
+        kernel_regularizer: Optional regularizer for the kernel. Defaults to
+            `None`.
+        bias_regularizer: Optional regularizer for the bias. Defaults to
+            `None`.
+        kernel_constraint: Optional constraint for the kernel. Defaults to
+            `None`.
+        bias_constraint: Optional constraint for the bias. Defaults to
+            `None`.
+        **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
+
+    Input shape:
+        5D tensor `(batch, height, width, caps_in, dim_in)` with `caps_in`
+        and `dim_in` defined.
+
+    Output shape:
+        5D tensor `(batch, out_height, out_width, num_capsules,
+        capsule_dim)`.
+
+    Raises:
+        ValueError: If a size argument or `routing_iterations` is not a
+            positive integer, if `padding` is unknown, if the input is not
+            of rank 5 with defined `caps_in` and `dim_in`, or if
+            `kernel_size` leaves no output positions on the input.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> layer = keras_capsules.layers.ConvCaps(
+    ...     num_capsules=4, capsule_dim=8, kernel_size=3, strides=2
+    ... )
+    >>> capsules = layer(np.random.rand(2, 9, 9, 6, 4).astype("float32"))
+    >>> tuple(capsules.shape)
+    (2, 4, 4, 4, 8)
+
+    Reference:
+    - [Official TensorFlow code](https://github.com/Sarasra/models/tree/
+      master/research/capsules)
+    """
+
+    def __init__(
+        self,
+        num_capsules,
+        capsule_dim,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        routing_iterations=3,
+        use_bias=True,
+        leaky_routing=False,
+        stop_gradient=False,
+        kernel_initializer=None,
+        bias_initializer=None,
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_capsules = _check_positive_int(num_capsules, "num_capsules")
+        self.capsule_dim = _check_positive_int(capsule_dim, "capsule_dim")
+        self.kernel_size = _check_pair(kernel_size, "kernel_size")
+        self.strides = _check_pair(strides, "strides")
+        self.padding = _check_padding(padding)
+        self.routing_iterations = _check_positive_int(
+            routing_iterations, "routing_iterations"
+        )
+        self.use_bias = use_bias
+        self.leaky_routing = leaky_routing
+        self.stop_gradient = stop_gradient
+        if kernel_initializer is None:
+            # A fresh instance per layer: an unseeded initializer draws a
+            # fixed seed once, so a shared default would repeat its values.
+            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.1)
+        if bias_initializer is None:
+            bias_initializer = keras.initializers.Constant(0.1)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+
+    def build(self, input_shape):
+        self.compute_output_shape(input_shape)
+        caps_in, dim_in = input_shape[-2:]
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=self.kernel_size
+            + (dim_in, self.num_capsules * self.capsule_dim),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        if self.use_bias:
+            self.bias = self.add_weight(
+                name="bias",
+                shape=(self.num_capsules, self.capsule_dim),
+                initializer=self.bias_initializer,
+                regularizer=self.bias_regularizer,
+                constraint=self.bias_constraint,
+            )
+        else:
+            self.bias = None
+        self.input_spec = keras.InputSpec(
+            ndim=5, axes={-2: caps_in, -1: dim_in}
+        )
+
+    def call(self, inputs):
+        caps_in, dim_in = inputs.shape[-2:]
+        height, width = _spatial_dims(inputs)
+        # Folding the input capsule types into the batch lets one shared
+        # kernel see each type separately, as the official code does.
+        per_type = ops.transpose(inputs, (0, 3, 1, 2, 4))
+        per_type = ops.reshape(per_type, (-1, height, width, dim_in))
+        votes = ops.conv(
+            per_type,
+            self.kernel,
+            strides=self.strides,
+            padding=self.padding,
+            data_format="channels_last",
+        )
+        out_height, out_width = _spatial_dims(votes)
+        votes = ops.reshape(
+            votes,
+            (
+                -1,
+                caps_in,
+                out_height,
+                out_width,
+                self.num_capsules,
+                self.capsule_dim,
+            ),
+        )
+        votes = ops.transpose(votes, (0, 2, 3, 1, 4, 5))
+        return dynamic_routing(
+            votes,
+            iterations=self.routing_iterations,
+            bias=self.bias,
+            leaky=self.leaky_routing,
+            stop_gradient=self.stop_gradient,
+        )
+
+    def compute_output_shape(self, input_shape):
+        input_shape = tuple(input_shape)
+        if len(input_shape) != 5 or None in input_shape[-2:]:
+            raise ValueError(
+                "Expected input of rank 5 (batch, height, width, caps_in, "
+                f"dim_in) with caps_in and dim_in defined for "
+                f"{type(self).__name__}. Received: input_shape={input_shape}"
+            )
+        out_height, out_width = _conv_output_size(
+            input_shape[1:3],
+            self.kernel_size,
+            self.strides,
+            self.padding,
+            type(self).__name__,
+        )
+        return (
+            input_shape[0],
+            out_height,
+            out_width,
+            self.num_capsules,
+            self.capsule_dim,
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_capsules": self.num_capsules,
+                "capsule_dim": self.capsule_dim,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "padding": self.padding,
+                "routing_iterations": self.routing_iterations,
+                "use_bias": self.use_bias,
+                "leaky_routing": self.leaky_routing,
+                "stop_gradient": self.stop_gradient,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+                "kernel_regularizer": keras.regularizers.serialize(
+                    self.kernel_regularizer
+                ),
+                "bias_regularizer": keras.regularizers.serialize(
+                    self.bias_regularizer
+                ),
+                "kernel_constraint": keras.constraints.serialize(
+                    self.kernel_constraint
+                ),
+                "bias_constraint": keras.constraints.serialize(
+                    self.bias_constraint
+                ),
+            }
+        )
+        return config
+
+
+def _spatial_dims(x):
+    # Static sizes where known keep shapes static under jit; a dynamic
+    # height or width falls back to the runtime shape.
+    static = x.shape[1:3]
+    dynamic = ops.shape(x)
+    return tuple(
+        size if size is not None else dynamic[axis]
+        for axis, size in zip((1, 2), static)
+    )

@@ -1,0 +1,322 @@
+"""The EMConvCaps layer: convolutional matrix capsules with EM routing."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.ops.patches import _check_positive_int
+from keras_capsules.ops.patches import _normalize_padding
+from keras_capsules.ops.patches import _normalize_pair
+from keras_capsules.ops.patches import _patch_geometry
+from keras_capsules.ops.patches import extract_capsule_patches
+from keras_capsules.ops.routing import em_conv_routing
+
+_ROUTING_MODES = ("official", "paper")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class EMConvCaps(keras.layers.Layer):
+    """Convolutional matrix capsules with EM routing.
+
+    ConvCaps1 and ConvCaps2 of the paper (Hinton et al. 2018, Section 5).
+    Each output position sees a `kernel_size` window of the input capsule
+    grid. Every input capsule in the window votes for every output capsule
+    type by multiplying its pose matrix `M` by a learned transformation
+    matrix, `V = M W`, with one `W` per (kernel row, kernel column, input
+    type, output type), shared over all positions (`kernel_h * kernel_w *
+    B * C * 16` weights for 4x4 poses: 147,456 for the paper's 3x3 kernel
+    and `B = C = 32`). The votes are one `keras.ops.einsum` on the kernel
+    tiles of `keras_capsules.ops.extract_capsule_patches`; the weights are
+    never tiled over the batch. The votes are then routed by
+    `keras_capsules.ops.em_conv_routing`, which normalises each input
+    capsule's assignments over every parent it feeds (all output types at
+    all overlapping positions). Each output type has its own `beta_v` and
+    `beta_a`, shared over positions, for `2 * C` more weights.
+
+    On the paper's 32x32 smallNORB network the capsule grids go 14 -> 6
+    (ConvCaps1, `kernel_size=3`, `strides=2`) -> 4 (ConvCaps2,
+    `kernel_size=3`, `strides=1`).
+
+    Paper: [Matrix capsules with EM routing](
+    https://openreview.net/forum?id=HJWLfGWRb) (Hinton, Sabour & Frosst,
+    ICLR 2018).
+
+    Args:
+        num_capsules: Positive integer, the number of output capsule types
+            `C`.
+        kernel_size: Positive integer or tuple of 2 positive integers, the
+            window of input capsules seen by each output position.
+            Defaults to `3`.
+        strides: Positive integer or tuple of 2 positive integers.
+            Defaults to `1`.
+        routing_iterations: Positive integer, the number of EM iterations.
+            Defaults to `3`.
+        padding: `"valid"` or `"same"` (case-insensitive); `"same"` pads
+            with inactive capsules. Defaults to `"valid"`.
+        final_lambda: Positive float, the final inverse temperature of
+            the routing. Defaults to `0.01` (the official `final_beta`).
+        min_variance: Positive float, the floor added to every variance.
+            Defaults to `5e-4`.
+        routing_mode: `"official"` or `"paper"`, the forms of the M-step
+            (see `keras_capsules.ops.em_routing`). Defaults to
+            `"official"`.
+        kernel_initializer: Initializer for the transformation matrices.
+            Defaults to `None`, which means `TruncatedNormal(stddev=0.3)`
+            (the official value).
+        beta_v_initializer: Initializer for `beta_v`. Defaults to `None`,
+            which means `Constant(0.5)` (the official value).
+        beta_a_initializer: Initializer for `beta_a`. Defaults to `None`,
+            which means `Constant(0.5)` (the official value).
+        kernel_regularizer: Optional regularizer for the transformation
+            matrices (the official code uses an L2 weight decay of 2e-7).
+            Defaults to `None`.
+        kernel_constraint: Optional constraint for the transformation
+            matrices. Defaults to `None`.
+        **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
+
+    Call arguments:
+        inputs: A list `[poses, activations]` of matrix capsules.
+
+    Input shape:
+        A list of two tensors: poses `(batch, height, width, B,
+        pose_size, pose_size)` and activations `(batch, height, width, B)`,
+        with static `height`, `width`, `B` and pose shape.
+
+    Output shape:
+        A list `[poses, activations]`: poses of shape `(batch, out_height,
+        out_width, num_capsules, pose_size, pose_size)` and activations of
+        shape `(batch, out_height, out_width, num_capsules)`.
+
+    Raises:
+        ValueError: If an argument is out of range, if the input is not a
+            list of poses and activations of matching shapes with square
+            poses, or if `kernel_size` leaves no output positions.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> poses = np.random.rand(2, 6, 6, 8, 4, 4).astype("float32")
+    >>> activations = np.random.rand(2, 6, 6, 8).astype("float32")
+    >>> layer = keras_capsules.layers.EMConvCaps(
+    ...     num_capsules=8, kernel_size=3, strides=2
+    ... )
+    >>> out_poses, out_activations = layer([poses, activations])
+    >>> tuple(out_poses.shape), tuple(out_activations.shape)
+    ((2, 2, 2, 8, 4, 4), (2, 2, 2, 8))
+
+    Reference:
+    - [Official TensorFlow code](https://github.com/google-research/
+      google-research/tree/master/capsule_em)
+    - [Gritzman, Avoiding implementation pitfalls of "Matrix capsules with
+      EM routing"](https://arxiv.org/abs/1907.00652) (2019)
+    """
+
+    def __init__(
+        self,
+        num_capsules,
+        kernel_size=3,
+        strides=1,
+        routing_iterations=3,
+        padding="valid",
+        final_lambda=0.01,
+        min_variance=5e-4,
+        routing_mode="official",
+        kernel_initializer=None,
+        beta_v_initializer=None,
+        beta_a_initializer=None,
+        kernel_regularizer=None,
+        kernel_constraint=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_capsules = _check_positive_int(num_capsules, "num_capsules")
+        self.kernel_size = _normalize_pair(kernel_size, "kernel_size")
+        self.strides = _normalize_pair(strides, "strides")
+        self.routing_iterations = _check_positive_int(
+            routing_iterations, "routing_iterations"
+        )
+        self.padding = _normalize_padding(padding)
+        self.final_lambda = _check_positive_float(final_lambda, "final_lambda")
+        self.min_variance = _check_positive_float(min_variance, "min_variance")
+        self.routing_mode = _check_routing_mode(routing_mode)
+        # Fresh instances per layer: an unseeded initializer draws its seed
+        # once, so a shared default object would repeat its values.
+        if kernel_initializer is None:
+            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.3)
+        if beta_v_initializer is None:
+            beta_v_initializer = keras.initializers.Constant(0.5)
+        if beta_a_initializer is None:
+            beta_a_initializer = keras.initializers.Constant(0.5)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.beta_v_initializer = keras.initializers.get(beta_v_initializer)
+        self.beta_a_initializer = keras.initializers.get(beta_a_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+
+    def build(self, input_shape):
+        self.compute_output_shape(input_shape)
+        pose_shape, _ = input_shape
+        num_in, pose_size = pose_shape[3], pose_shape[4]
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=self.kernel_size
+            + (num_in, self.num_capsules, pose_size, pose_size),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        self.beta_v = self.add_weight(
+            name="beta_v",
+            shape=(self.num_capsules,),
+            initializer=self.beta_v_initializer,
+        )
+        self.beta_a = self.add_weight(
+            name="beta_a",
+            shape=(self.num_capsules,),
+            initializer=self.beta_a_initializer,
+        )
+        self.input_spec = [
+            keras.InputSpec(ndim=6, axes={3: num_in}),
+            keras.InputSpec(ndim=4, axes={3: num_in}),
+        ]
+
+    def call(self, inputs):
+        poses, activations = inputs
+        tiles = extract_capsule_patches(
+            poses, self.kernel_size, self.strides, self.padding
+        )
+        # V = M W for every (kernel row, kernel column, input type, output
+        # type), the official row-vector convention.
+        votes = ops.einsum("bhwxyipq,xyicqr->bhwxyicpr", tiles, self.kernel)
+        _, out_h, out_w, kernel_h, kernel_w, num_in = tiles.shape[:6]
+        pose_size = poses.shape[-1]
+        votes = ops.reshape(
+            votes,
+            (
+                -1,
+                out_h,
+                out_w,
+                kernel_h * kernel_w * num_in,
+                self.num_capsules,
+                pose_size * pose_size,
+            ),
+        )
+        out_poses, out_activations = em_conv_routing(
+            votes,
+            activations,
+            self.beta_v,
+            self.beta_a,
+            kernel_size=self.kernel_size,
+            strides=self.strides,
+            padding=self.padding,
+            iterations=self.routing_iterations,
+            final_lambda=self.final_lambda,
+            min_variance=self.min_variance,
+            mode=self.routing_mode,
+        )
+        out_poses = ops.reshape(
+            out_poses,
+            (-1, out_h, out_w, self.num_capsules, pose_size, pose_size),
+        )
+        return [out_poses, out_activations]
+
+    def compute_output_shape(self, input_shape):
+        pose_shape, _ = _check_capsule_input_shape(input_shape, "EMConvCaps")
+        batch, height, width, _, pose_size, _ = pose_shape
+        (out_h, out_w), _ = _patch_geometry(
+            (height, width), self.kernel_size, self.strides, self.padding
+        )
+        return [
+            (batch, out_h, out_w, self.num_capsules, pose_size, pose_size),
+            (batch, out_h, out_w, self.num_capsules),
+        ]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_capsules": self.num_capsules,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "routing_iterations": self.routing_iterations,
+                "padding": self.padding,
+                "final_lambda": self.final_lambda,
+                "min_variance": self.min_variance,
+                "routing_mode": self.routing_mode,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "beta_v_initializer": keras.initializers.serialize(
+                    self.beta_v_initializer
+                ),
+                "beta_a_initializer": keras.initializers.serialize(
+                    self.beta_a_initializer
+                ),
+                "kernel_regularizer": keras.regularizers.serialize(
+                    self.kernel_regularizer
+                ),
+                "kernel_constraint": keras.constraints.serialize(
+                    self.kernel_constraint
+                ),
+            }
+        )
+        return config
+
+
+# Private helpers shared with EMClassCaps.
+
+
+def _check_positive_float(value, name):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not value > 0
+    ):
+        raise ValueError(
+            f"Argument {name} must be a positive number. "
+            f"Received: {name}={value}"
+        )
+    return float(value)
+
+
+def _check_routing_mode(routing_mode):
+    if routing_mode not in _ROUTING_MODES:
+        raise ValueError(
+            'Argument routing_mode must be "official" or "paper". '
+            f"Received: routing_mode={routing_mode}"
+        )
+    return routing_mode
+
+
+def _check_capsule_input_shape(input_shape, owner):
+    """Validates `[poses, activations]` shapes; returns them as tuples."""
+    expected = (
+        f"{owner} expects a list [poses, activations] with poses of shape "
+        "(batch, height, width, capsules, pose_size, pose_size) and "
+        "activations of shape (batch, height, width, capsules), with static "
+        "height, width, capsules and pose_size. "
+    )
+    if (
+        not isinstance(input_shape, (list, tuple))
+        or len(input_shape) != 2
+        or not all(isinstance(s, (list, tuple)) for s in input_shape)
+    ):
+        raise ValueError(expected + f"Received: input_shape={input_shape}")
+    pose_shape = tuple(input_shape[0])
+    activation_shape = tuple(input_shape[1])
+    if (
+        len(pose_shape) != 6
+        or len(activation_shape) != 4
+        or any(d is None for d in pose_shape[1:])
+        or activation_shape[1:] != pose_shape[1:4]
+        or None not in (pose_shape[0], activation_shape[0])
+        and pose_shape[0] != activation_shape[0]
+    ):
+        raise ValueError(expected + f"Received: input_shape={input_shape}")
+    if pose_shape[4] != pose_shape[5]:
+        raise ValueError(
+            f"{owner} expects square pose matrices, such as 4x4. "
+            f"Received: input_shape={input_shape}"
+        )
+    return pose_shape, activation_shape

@@ -1,0 +1,726 @@
+"""Routing-by-agreement between two layers of capsules."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.ops.patches import _coverage_counts
+from keras_capsules.ops.patches import _normalize_padding
+from keras_capsules.ops.patches import _normalize_pair
+from keras_capsules.ops.patches import _patch_geometry
+from keras_capsules.ops.patches import extract_capsule_patches
+from keras_capsules.ops.patches import fold_capsule_patches
+from keras_capsules.ops.squash import squash
+
+_HALF_DTYPES = ("float16", "bfloat16")
+
+# Dynamic routing (Sabour et al. 2017)
+
+
+def dynamic_routing(
+    votes,
+    iterations=3,
+    bias=None,
+    leaky=False,
+    stop_gradient=False,
+    return_coupling=False,
+):
+    """Routes votes to output capsules by iterative agreement.
+
+    Procedure 1 of the paper. Every input capsule `i` casts a vote
+    `u_hat[i, j]` for every output capsule `j`. Routing logits `b[i, j]`
+    start at zero for each example; each iteration turns them into coupling
+    coefficients `c[i, :] = softmax(b[i, :])` over the *output* capsules,
+    forms `s[j] = sum_i c[i, j] u_hat[i, j]` (Eq. 2), squashes it into
+    `v[j] = squash(s[j])` (Eq. 1) and, except after the last iteration,
+    raises `b[i, j]` by the agreement `u_hat[i, j] . v[j]`. The `v` of the
+    last iteration is returned.
+
+    Two options of the official implementation are available: a `bias`
+    added to `s` before the squash, and leaky routing, where an extra
+    all-zero logit joins the softmax and its share is dropped, so an input
+    capsule that agrees with no output capsule can send most of its vote
+    nowhere. With `stop_gradient=True`, the votes feeding the agreement
+    updates and the non-final iterations are wrapped in
+    `keras.ops.stop_gradient`, so gradients reach the votes only through
+    the last iteration's weighted sum, as in several popular ports.
+
+    The routing maths runs in `float32` for half-precision votes (and in
+    the votes' own dtype otherwise); the results are cast back to the
+    votes' dtype. The softmax is `keras.ops.softmax`, which subtracts the
+    maximum logit, and the squash uses `sqrt(|s|^2 + epsilon)` with
+    `epsilon = keras.config.epsilon()`, so zero, identical and very large
+    votes all stay finite.
+
+    Paper: [Dynamic Routing Between Capsules](
+    https://arxiv.org/abs/1710.09829) (Sabour, Frosst & Hinton, 2017).
+
+    Args:
+        votes: Tensor of shape `(..., num_in, num_out, dim)`: the
+            prediction vectors `u_hat` of every input capsule for every
+            output capsule, with any number of leading (batch, position)
+            dimensions.
+        iterations: Positive integer, the number of routing iterations
+            (the paper uses 3). Defaults to `3`.
+        bias: Optional tensor broadcastable to `(num_out, dim)`, added to
+            `s` before the squash (the official code uses one, initialised
+            to 0.1). Defaults to `None`.
+        leaky: Boolean, whether to use leaky routing. Defaults to `False`.
+        stop_gradient: Boolean, whether to block gradients through the
+            agreement updates and the non-final iterations. Does not change
+            the forward values. Defaults to `False`.
+        return_coupling: Boolean, whether to also return the coupling
+            coefficients of the last iteration. Defaults to `False`.
+
+    Returns:
+        The output capsules, a tensor of shape `(..., num_out, dim)`. With
+        `return_coupling=True`, a tuple `(outputs, coupling)` where
+        `coupling` has shape `(..., num_in, num_out)` and sums to 1 over
+        `num_out` (to less than 1 with `leaky=True`).
+
+    Raises:
+        ValueError: If `iterations` is not a positive integer, if `votes`
+            has rank below 3, or if `bias` does not broadcast to
+            `(num_out, dim)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> votes = np.random.rand(2, 1152, 10, 16).astype("float32")
+    >>> outputs = keras_capsules.ops.dynamic_routing(votes, iterations=3)
+    >>> tuple(outputs.shape)
+    (2, 10, 16)
+
+    Reference:
+    - [Official TensorFlow code](https://github.com/Sarasra/models/tree/
+      master/research/capsules)
+    """
+    if (
+        isinstance(iterations, bool)
+        or not isinstance(iterations, (int, np.integer))
+        or iterations < 1
+    ):
+        raise ValueError(
+            "Argument iterations must be a positive integer. "
+            f"Received: iterations={iterations}"
+        )
+    votes = ops.convert_to_tensor(votes)
+    if len(votes.shape) < 3:
+        raise ValueError(
+            "Argument votes must have rank >= 3, with shape "
+            "(..., num_in, num_out, dim). "
+            f"Received: votes.shape={tuple(votes.shape)}"
+        )
+    dtype = keras.backend.standardize_dtype(votes.dtype)
+    if not keras.backend.is_float_dtype(dtype):
+        dtype = keras.config.floatx()
+    compute_dtype = "float32" if dtype in _HALF_DTYPES else dtype
+    votes = ops.cast(votes, compute_dtype)
+    if bias is not None:
+        bias = ops.cast(bias, compute_dtype)
+        _check_bias_shape(tuple(bias.shape), tuple(votes.shape[-2:]))
+
+    frozen_votes = ops.stop_gradient(votes) if stop_gradient else votes
+    # b = 0 for every example (Procedure 1, line 2).
+    logits = ops.zeros_like(votes[..., 0])
+    for iteration in range(iterations):
+        is_last = iteration == iterations - 1
+        coupling = _coupling_coefficients(logits, leaky)
+        step_votes = votes if is_last else frozen_votes
+        preactivation = ops.einsum("...io,...iod->...od", coupling, step_votes)
+        if bias is not None:
+            preactivation = preactivation + bias
+        outputs = squash(preactivation)
+        if not is_last:
+            logits = logits + ops.einsum(
+                "...iod,...od->...io", frozen_votes, outputs
+            )
+    outputs = ops.cast(outputs, dtype)
+    if return_coupling:
+        return outputs, ops.cast(coupling, dtype)
+    return outputs
+
+
+def _coupling_coefficients(logits, leaky):
+    if not leaky:
+        return ops.softmax(logits, axis=-1)
+    # The official "dustbin": a constant zero logit competes in the softmax
+    # and its probability mass is discarded.
+    leak = ops.zeros_like(logits[..., :1])
+    routing = ops.softmax(ops.concatenate([leak, logits], axis=-1), axis=-1)
+    return routing[..., 1:]
+
+
+def _check_bias_shape(bias_shape, capsule_shape):
+    if None in capsule_shape or None in bias_shape:
+        return
+    try:
+        broadcast = np.broadcast_shapes(bias_shape, capsule_shape)
+    except ValueError:
+        broadcast = None
+    if broadcast != capsule_shape:
+        raise ValueError(
+            "Argument bias must broadcast to the output capsules' shape "
+            f"(num_out, dim) = {capsule_shape}. "
+            f"Received: bias.shape={bias_shape}"
+        )
+
+
+# EM routing (Hinton et al. 2018)
+
+_EM_MODES = ("official", "paper")
+_LOG_2PI = float(np.log(2.0 * np.pi))
+# Constants of the official code (google-research/capsule_em): the
+# activation cost scales beta_a by 5000, each new mean keeps 10% of the
+# previous one, and the inverse temperature approaches final_lambda as
+# 1 - 0.95^(i + 1).
+_OFFICIAL_BETA_A_SCALE = 5000.0
+_OFFICIAL_MEAN_MOMENTUM = 0.1
+_OFFICIAL_LAMBDA_DECAY = 0.95
+
+
+def em_routing(
+    votes,
+    activations,
+    beta_v,
+    beta_a,
+    iterations=3,
+    final_lambda=0.01,
+    min_variance=5e-4,
+    epsilon=None,
+    mode="official",
+    return_assignments=False,
+):
+    """Routes matrix-capsule votes to parent capsules with EM (dense case).
+
+    Procedure 1 of the paper: every parent capsule `j` is a Gaussian over
+    the `pose_size` vote elements, fitted to the votes `V[i, j]` of the
+    child capsules `i` weighted by their activations `a[i]` and their
+    assignment probabilities `R[i, j]`. `R` starts uniform over the
+    parents; each routing iteration is an M-step (fit the Gaussians and the
+    parent activations) followed by an E-step (re-assign the children),
+    except the last iteration, whose E-step would not change the outputs
+    and is skipped. Every child is connected to every parent; see
+    `em_conv_routing` for convolutional connectivity.
+
+    M-step, with `r[i, j] = R[i, j] a[i]` and `mass[j] = sum_i r[i, j] +
+    epsilon`:
+
+    - `mu[j] = sum_i r[i, j] V[i, j] / mass[j]`;
+      `sigma2[j] = min_variance + sum_i r[i, j] (V[i, j] - mu[j])^2 /
+      mass[j]` (per element `h`; `min_variance` is a floor added to every
+      variance so identical votes give `log(min_variance)`, not `-inf`).
+    - `mode="official"` follows the official code where the paper is
+      silent: the new mean is blended with the previous one,
+      `mu = 0.9 mu_new + 0.1 mu_prev` (the first with zero), the
+      activation logit is `lambda (mass (-sum_h log sigma2_h - beta_v D
+      (log(2 pi) + 1)) - 5000 beta_a)` with `D = pose_size`, and the
+      inverse temperature of iteration `i` (from 0) is
+      `lambda_i = final_lambda (1 - 0.95^(i + 1))`.
+    - `mode="paper"` uses the forms of Procedure 1: the plain mean,
+      `cost_h = (beta_v + log sigma_h) mass`, and the logit
+      `lambda (beta_a - sum_h cost_h)`. The paper fixes no schedule for
+      `lambda`; here it rises linearly, `lambda_i = final_lambda (i + 1) /
+      iterations`, reaching `final_lambda` at the last iteration.
+    - The parent activation is `sigmoid(logit)`.
+
+    E-step (both modes), in the log domain:
+    `log p[i, j] = log a[j] + log N(V[i, j]; mu[j], sigma2[j])`, with
+    `log a[j] = log_sigmoid(logit[j])` (`keras.ops.log_sigmoid`, stable for
+    logits of any size), and `R[i, :] = softmax(log p[i, :])` over the
+    parents (`keras.ops.softmax` subtracts the maximum). No probability is
+    ever exponentiated outside the softmax, so very distant votes cannot
+    underflow every parent of a child to zero.
+
+    The routing maths runs in `float32` for `float16`/`bfloat16` inputs
+    (in the input dtype otherwise) and the results are cast back to the
+    dtype of `votes`. `epsilon` (default `keras.config.epsilon()`, 1e-7)
+    is added to every mass, so children that are all inactive give a
+    finite mean of 0 and a variance of `min_variance` (the official code
+    uses 1e-5 for its class capsules and 1e-7 for its convolutional ones).
+
+    Paper: [Matrix capsules with EM routing](
+    https://openreview.net/forum?id=HJWLfGWRb) (Hinton, Sabour & Frosst,
+    ICLR 2018).
+
+    Args:
+        votes: Tensor of shape `(..., num_in, num_out, pose_size)`: the
+            votes `V[i, j]` of every child for every parent (a flattened
+            4x4 pose gives `pose_size=16`), with any leading (batch)
+            dimensions.
+        activations: Tensor of shape `(..., num_in)`, the child
+            activations, in `[0, 1]`.
+        beta_v: Tensor broadcastable to `(num_out,)`, the cost per unit of
+            log standard deviation (`beta_v` of the paper).
+        beta_a: Tensor broadcastable to `(num_out,)`, the activation
+            threshold (`beta_a` of the paper).
+        iterations: Positive integer, the number of routing iterations.
+            Defaults to `3`.
+        final_lambda: Positive float, the inverse temperature `lambda`
+            reached by the schedule. Defaults to `0.01` (the official
+            `final_beta` flag).
+        min_variance: Positive float, the floor added to every variance.
+            Defaults to `5e-4` (the official `min_var`).
+        epsilon: Optional positive float added to every mass. Defaults to
+            `None`, which means `keras.config.epsilon()`.
+        mode: `"official"` or `"paper"`, see above. Defaults to
+            `"official"`.
+        return_assignments: Boolean, whether to also return the assignment
+            probabilities `R` used by the final M-step. Defaults to
+            `False`.
+
+    Returns:
+        A tuple `(poses, activations)` of shapes `(..., num_out,
+        pose_size)` and `(..., num_out)`: the parent means `mu` and the
+        parent activations. With `return_assignments=True`, a tuple
+        `(poses, activations, assignments)` where `assignments` has shape
+        `(..., num_in, num_out)` and sums to 1 over `num_out`.
+
+    Raises:
+        ValueError: If an argument is out of range, if `votes` has rank
+            below 3, or if `activations` or a beta does not match `votes`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> votes = np.random.rand(2, 288, 5, 16).astype("float32")
+    >>> activations = np.random.rand(2, 288).astype("float32")
+    >>> poses, probabilities = keras_capsules.ops.em_routing(
+    ...     votes, activations, beta_v=np.full(5, 2.0, "float32"),
+    ...     beta_a=np.full(5, 1.0, "float32"),
+    ... )
+    >>> tuple(poses.shape), tuple(probabilities.shape)
+    ((2, 5, 16), (2, 5))
+
+    Reference:
+    - [Official TensorFlow code](https://github.com/google-research/
+      google-research/tree/master/capsule_em)
+    - [Gritzman, Avoiding implementation pitfalls of "Matrix capsules with
+      EM routing"](https://arxiv.org/abs/1907.00652) (2019)
+    """
+    options = _check_em_options(
+        iterations, final_lambda, min_variance, epsilon, mode
+    )
+    votes = ops.convert_to_tensor(votes)
+    activations = ops.convert_to_tensor(activations)
+    votes_shape = tuple(votes.shape)
+    if len(votes_shape) < 3:
+        raise ValueError(
+            "Argument votes must have rank >= 3, with shape "
+            "(..., num_in, num_out, pose_size). "
+            f"Received: votes.shape={votes_shape}"
+        )
+    _check_activations_shape(tuple(activations.shape), votes_shape[:-2])
+    dtype, compute_dtype = _em_dtypes(votes)
+    votes = ops.cast(votes, compute_dtype)
+    activations = ops.cast(activations, compute_dtype)
+    num_out = votes_shape[-2]
+    beta_v = _em_beta(beta_v, "beta_v", num_out, compute_dtype)
+    beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
+
+    # R starts uniform over the parents (Procedure 1, line 2).
+    assignments = ops.ones_like(votes[..., 0]) / num_out
+    mean, logit, assignments = _em_iterations(
+        votes,
+        activations,
+        beta_v,
+        beta_a,
+        assignments,
+        child_axes=(-2,),
+        normalize=lambda log_p: ops.softmax(log_p, axis=-1),
+        **options,
+    )
+    poses = ops.cast(ops.squeeze(mean, axis=-3), dtype)
+    probabilities = ops.cast(ops.sigmoid(ops.squeeze(logit, axis=-2)), dtype)
+    if return_assignments:
+        return poses, probabilities, ops.cast(assignments, dtype)
+    return poses, probabilities
+
+
+def em_conv_routing(
+    votes,
+    activations,
+    beta_v,
+    beta_a,
+    kernel_size,
+    strides=1,
+    padding="valid",
+    iterations=3,
+    final_lambda=0.01,
+    min_variance=5e-4,
+    epsilon=None,
+    mode="official",
+    return_assignments=False,
+):
+    """EM routing between two convolutional grids of matrix capsules.
+
+    The convolutional case of `em_routing`: the parents at output position
+    `(i, j)` receive votes only from the children in the `kernel_size`
+    window of the input grid that `extract_capsule_patches` gives that
+    position. The M-step is the dense one applied per output position over
+    its window. In the E-step, a child's assignment probabilities are
+    normalised over every parent it feeds: all output capsule types at all
+    output positions whose window contains it (Gritzman 2019, third
+    pitfall; the official code also adds up the overlapping windows), and
+    `R` starts uniform over those same parents, `1 / (num_out * n)` for a
+    child in `n` windows, as Procedure 1 prescribes (the official code
+    starts at `1 / num_out` in every window, so a child in `n` windows
+    starts with a total of `n`). Children in the zero padding of `"same"`
+    have activation 0 and assignments 0.
+
+    Stabilisation: `log p` is shifted by the largest `log p` of each child
+    over all its parents before `exp`, so every child's largest term is
+    exactly 1 and its sum is at least 1. That per-child maximum is
+    computed without a dense child-by-parent tensor: a maximum over output
+    types inside each window, folded onto the input grid with
+    `fold_capsule_patches(reduction="max")` and tiled back with
+    `extract_capsule_patches`; the sums of the shifted exponentials travel
+    the same way with `reduction="sum"`, and the division uses
+    `max(sum, epsilon)`. The shift is held out of the gradient
+    (`keras.ops.stop_gradient`); the assignments do not depend on it.
+
+    Memory grows with the votes, `(batch, out_h, out_w, kernel_h *
+    kernel_w * num_in, num_out, pose_size)`: there is never a tensor over
+    children times parent positions.
+
+    Paper: [Matrix capsules with EM routing](
+    https://openreview.net/forum?id=HJWLfGWRb) (Hinton, Sabour & Frosst,
+    ICLR 2018).
+
+    Args:
+        votes: Tensor of shape `(batch, out_height, out_width, kernel_h *
+            kernel_w * num_in, num_out, pose_size)`: for each output
+            position, the votes of the children of its window in
+            `(kernel row, kernel column, input type)` order (the order of
+            `extract_capsule_patches` flattened) for every output type.
+        activations: Tensor of shape `(batch, height, width, num_in)`, the
+            child activations on the *input* grid, in `[0, 1]`.
+        beta_v: Tensor broadcastable to `(num_out,)`, see `em_routing`.
+        beta_a: Tensor broadcastable to `(num_out,)`, see `em_routing`.
+        kernel_size: Positive integer or tuple of 2 positive integers, the
+            window size.
+        strides: Positive integer or tuple of 2 positive integers.
+            Defaults to `1`.
+        padding: `"valid"` or `"same"`. Defaults to `"valid"`.
+        iterations: Positive integer. Defaults to `3`.
+        final_lambda: Positive float. Defaults to `0.01`.
+        min_variance: Positive float. Defaults to `5e-4`.
+        epsilon: Optional positive float. Defaults to `None`, which means
+            `keras.config.epsilon()`.
+        mode: `"official"` or `"paper"`, see `em_routing`. Defaults to
+            `"official"`.
+        return_assignments: Boolean, whether to also return the assignment
+            probabilities `R` used by the final M-step. Defaults to
+            `False`.
+
+    Returns:
+        A tuple `(poses, activations)` of shapes `(batch, out_height,
+        out_width, num_out, pose_size)` and `(batch, out_height,
+        out_width, num_out)`. With `return_assignments=True`, also
+        `assignments` of the shape of `votes` without `pose_size`; summed
+        over every (position, type) parent of a child, they give 1.
+
+    Raises:
+        ValueError: If an argument is out of range, or if the shapes of
+            `votes`, `activations` and the betas do not agree with the
+            window geometry.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> activations = np.random.rand(2, 6, 6, 4).astype("float32")
+    >>> votes = np.random.rand(2, 2, 2, 3 * 3 * 4, 8, 16).astype("float32")
+    >>> poses, probabilities = keras_capsules.ops.em_conv_routing(
+    ...     votes, activations, beta_v=np.zeros(8, "float32"),
+    ...     beta_a=np.zeros(8, "float32"), kernel_size=3, strides=2,
+    ... )
+    >>> tuple(poses.shape), tuple(probabilities.shape)
+    ((2, 2, 2, 8, 16), (2, 2, 2, 8))
+
+    Reference:
+    - [Official TensorFlow code](https://github.com/google-research/
+      google-research/tree/master/capsule_em)
+    - [Gritzman, Avoiding implementation pitfalls of "Matrix capsules with
+      EM routing"](https://arxiv.org/abs/1907.00652) (2019)
+    """
+    options = _check_em_options(
+        iterations, final_lambda, min_variance, epsilon, mode
+    )
+    kernel_size = _normalize_pair(kernel_size, "kernel_size")
+    strides = _normalize_pair(strides, "strides")
+    padding = _normalize_padding(padding)
+    votes = ops.convert_to_tensor(votes)
+    activations = ops.convert_to_tensor(activations)
+    act_shape = tuple(activations.shape)
+    if len(act_shape) != 4 or any(d is None for d in act_shape[1:]):
+        raise ValueError(
+            "Argument activations must have shape (batch, height, width, "
+            "num_in) with static height, width and num_in. "
+            f"Received: activations.shape={act_shape}"
+        )
+    height, width, num_in = act_shape[1:]
+    (out_h, out_w), _ = _patch_geometry(
+        (height, width), kernel_size, strides, padding
+    )
+    kernel_h, kernel_w = kernel_size
+    votes_shape = tuple(votes.shape)
+    if (
+        len(votes_shape) != 6
+        or votes_shape[1:4] != (out_h, out_w, kernel_h * kernel_w * num_in)
+        or any(d is None for d in votes_shape[4:])
+    ):
+        raise ValueError(
+            "Argument votes must have shape (batch, out_height, out_width, "
+            "kernel_h * kernel_w * num_in, num_out, pose_size) = (batch, "
+            f"{out_h}, {out_w}, {kernel_h * kernel_w * num_in}, num_out, "
+            f"pose_size) for activations of shape {act_shape}, "
+            f"kernel_size={kernel_size}, strides={strides} and "
+            f"padding={padding!r}. Received: votes.shape={votes_shape}"
+        )
+    if (
+        votes_shape[0] is not None
+        and act_shape[0] is not None
+        and votes_shape[0] != act_shape[0]
+    ):
+        raise ValueError(
+            "Arguments votes and activations must have the same batch "
+            f"size. Received: votes.shape={votes_shape}"
+        )
+    num_out, pose_size = votes_shape[4:]
+    dtype, compute_dtype = _em_dtypes(votes)
+    votes = ops.cast(votes, compute_dtype)
+    votes = ops.reshape(
+        votes,
+        (-1, out_h, out_w, kernel_h, kernel_w, num_in, num_out, pose_size),
+    )
+    beta_v = _em_beta(beta_v, "beta_v", num_out, compute_dtype)
+    beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
+    child_activations = extract_capsule_patches(
+        ops.cast(activations, compute_dtype), kernel_size, strides, padding
+    )
+
+    # How many windows contain the child behind each window entry (0 for
+    # the zero padding): static, so it is a constant of the graph.
+    counts = _window_entry_counts(
+        (height, width), kernel_size, strides, padding
+    )
+    counts = np.reshape(counts, (1, out_h, out_w, kernel_h, kernel_w, 1, 1))
+    real = ops.convert_to_tensor((counts > 0).astype(compute_dtype))
+    uniform = ops.convert_to_tensor(
+        ((counts > 0) / (num_out * np.maximum(counts, 1))).astype(compute_dtype)
+    )
+    assignments = ops.ones_like(votes[..., 0]) * uniform
+    fold_epsilon = options["epsilon"]
+
+    def normalize(log_p):
+        local_max = ops.max(log_p, axis=-1)
+        child_max = extract_capsule_patches(
+            fold_capsule_patches(
+                local_max, (height, width), strides, padding, "max"
+            ),
+            kernel_size,
+            strides,
+            padding,
+        )
+        # In padding entries the folded maximum reads 0; the local maximum
+        # still bounds their exponentials by 1.
+        shift = ops.stop_gradient(ops.maximum(child_max, local_max))
+        exp = ops.exp(log_p - ops.expand_dims(shift, -1))
+        total = extract_capsule_patches(
+            fold_capsule_patches(
+                ops.sum(exp, axis=-1), (height, width), strides, padding
+            ),
+            kernel_size,
+            strides,
+            padding,
+        )
+        total = ops.maximum(total, fold_epsilon)
+        return exp / ops.expand_dims(total, -1) * real
+
+    mean, logit, assignments = _em_iterations(
+        votes,
+        child_activations,
+        beta_v,
+        beta_a,
+        assignments,
+        child_axes=(-4, -3, -2),
+        normalize=normalize,
+        **options,
+    )
+    poses = ops.reshape(mean, (-1, out_h, out_w, num_out, pose_size))
+    probabilities = ops.sigmoid(ops.reshape(logit, (-1, out_h, out_w, num_out)))
+    poses = ops.cast(poses, dtype)
+    probabilities = ops.cast(probabilities, dtype)
+    if return_assignments:
+        assignments = ops.reshape(
+            assignments,
+            (-1, out_h, out_w, kernel_h * kernel_w * num_in, num_out),
+        )
+        return poses, probabilities, ops.cast(assignments, dtype)
+    return poses, probabilities
+
+
+def _em_iterations(
+    votes,
+    activations,
+    beta_v,
+    beta_a,
+    assignments,
+    child_axes,
+    normalize,
+    iterations,
+    final_lambda,
+    min_variance,
+    epsilon,
+    mode,
+):
+    """Runs the M- and E-steps; returns the last mean, logit and R.
+
+    `votes` is `(..., children..., num_out, pose_size)`, `activations`
+    `(..., children...)` and `assignments` `(..., children..., num_out)`;
+    `child_axes` are the (negative) children axes of `assignments`.
+    """
+    pose_size = votes.shape[-1]
+    vote_axes = tuple(axis - 1 for axis in child_axes)
+    activations = ops.expand_dims(activations, -1)
+    mean = None
+    for iteration in range(iterations):
+        if mode == "official":
+            inverse_temperature = final_lambda * (
+                1.0 - _OFFICIAL_LAMBDA_DECAY ** (iteration + 1)
+            )
+        else:
+            inverse_temperature = final_lambda * (iteration + 1) / iterations
+
+        # Procedure 1, M-step.
+        weighted = assignments * activations
+        mass = ops.sum(weighted, axis=child_axes, keepdims=True) + epsilon
+        weights = ops.expand_dims(weighted / mass, -1)
+        new_mean = ops.sum(weights * votes, axis=vote_axes, keepdims=True)
+        if mode == "paper":
+            mean = new_mean
+        elif mean is None:
+            mean = (1.0 - _OFFICIAL_MEAN_MOMENTUM) * new_mean
+        else:
+            mean = (
+                1.0 - _OFFICIAL_MEAN_MOMENTUM
+            ) * new_mean + _OFFICIAL_MEAN_MOMENTUM * mean
+        squared_deviation = ops.square(votes - mean)
+        variance = min_variance + ops.sum(
+            weights * squared_deviation, axis=vote_axes, keepdims=True
+        )
+        sum_log_variance = ops.sum(ops.log(variance), axis=-1)
+        if mode == "official":
+            logit = inverse_temperature * (
+                mass
+                * (-sum_log_variance - beta_v * pose_size * (_LOG_2PI + 1.0))
+                - _OFFICIAL_BETA_A_SCALE * beta_a
+            )
+        else:
+            # sum_h cost_h with log sigma_h = log(sigma2_h) / 2.
+            cost = mass * (pose_size * beta_v + 0.5 * sum_log_variance)
+            logit = inverse_temperature * (beta_a - cost)
+        if iteration == iterations - 1:
+            break
+
+        # Procedure 1, E-step, in the log domain so that distant votes
+        # cannot underflow every parent of a child to zero.
+        log_p = (
+            ops.log_sigmoid(logit)
+            - 0.5 * (pose_size * _LOG_2PI + sum_log_variance)
+            - ops.sum(squared_deviation / (2.0 * variance), axis=-1)
+        )
+        assignments = normalize(log_p)
+    return mean, logit, assignments
+
+
+def _check_em_options(iterations, final_lambda, min_variance, epsilon, mode):
+    if (
+        isinstance(iterations, bool)
+        or not isinstance(iterations, (int, np.integer))
+        or iterations < 1
+    ):
+        raise ValueError(
+            "Argument iterations must be a positive integer. "
+            f"Received: iterations={iterations}"
+        )
+    for name, value in (
+        ("final_lambda", final_lambda),
+        ("min_variance", min_variance),
+        ("epsilon", epsilon),
+    ):
+        if name == "epsilon" and value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float, np.integer, np.floating))
+            or not value > 0
+        ):
+            raise ValueError(
+                f"Argument {name} must be a positive number. "
+                f"Received: {name}={value}"
+            )
+    if mode not in _EM_MODES:
+        raise ValueError(
+            'Argument mode must be "official" or "paper". '
+            f"Received: mode={mode}"
+        )
+    return {
+        "iterations": int(iterations),
+        "final_lambda": float(final_lambda),
+        "min_variance": float(min_variance),
+        "epsilon": float(
+            keras.config.epsilon() if epsilon is None else epsilon
+        ),
+        "mode": mode,
+    }
+
+
+def _check_activations_shape(act_shape, expected):
+    compatible = len(act_shape) == len(expected) and all(
+        a is None or e is None or a == e for a, e in zip(act_shape, expected)
+    )
+    if not compatible:
+        raise ValueError(
+            "Argument activations must have the shape of votes without "
+            f"its last two axes, {expected}. "
+            f"Received: activations.shape={act_shape}"
+        )
+
+
+def _em_dtypes(votes):
+    dtype = keras.backend.standardize_dtype(votes.dtype)
+    if not keras.backend.is_float_dtype(dtype):
+        dtype = keras.config.floatx()
+    compute_dtype = "float32" if dtype in _HALF_DTYPES else dtype
+    return dtype, compute_dtype
+
+
+def _em_beta(beta, name, num_out, dtype):
+    beta = ops.cast(beta, dtype)
+    shape = tuple(beta.shape)
+    try:
+        broadcast = np.broadcast_shapes(shape, (num_out,))
+    except ValueError:
+        broadcast = None
+    if broadcast != (num_out,):
+        raise ValueError(
+            f"Argument {name} must broadcast to (num_out,) = ({num_out},). "
+            f"Received: {name}.shape={shape}"
+        )
+    return beta
+
+
+def _window_entry_counts(grid_size, kernel_size, strides, padding):
+    """Per window entry, the number of windows containing its position."""
+    counts = _coverage_counts(grid_size, kernel_size, strides, padding)
+    (out_h, out_w), (top, bottom, left, right) = _patch_geometry(
+        grid_size, kernel_size, strides, padding
+    )
+    counts = np.pad(counts, ((top, bottom), (left, right)))
+    rows = np.arange(out_h)[:, None] * strides[0] + np.arange(kernel_size[0])
+    cols = np.arange(out_w)[:, None] * strides[1] + np.arange(kernel_size[1])
+    return counts[rows[:, None, :, None], cols[None, :, None, :]]

@@ -1,0 +1,223 @@
+import os
+
+import keras
+import numpy as np
+from absl.testing import parameterized
+
+from keras_capsules import ops as capsule_ops
+from keras_capsules.layers import EMClassCaps
+from keras_capsules.layers import EMConvCaps
+from keras_capsules.layers import PrimaryMatrixCaps
+from keras_capsules.testing import TestCase
+
+
+def _capsules(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        rng.normal(size=shape + (4, 4)).astype("float32"),
+        rng.uniform(size=shape).astype("float32"),
+    ]
+
+
+def _numpy_class_votes(poses, kernel, placement, scale):
+    """V = M W per (position, input type, class) plus the coordinates."""
+    batch, height, width, num_in = poses.shape[:4]
+    num_classes = kernel.shape[1]
+    votes = np.zeros((batch, height, width, num_in, num_classes, 4, 4))
+    for i in range(height):
+        for j in range(width):
+            if scale is None:
+                row, col = (i + 0.5) / height, (j + 0.5) / width
+            else:
+                row, col = (i + 0.5) * scale, (j + 0.5) * scale
+            for c in range(num_in):
+                for d in range(num_classes):
+                    vote = poses[:, i, j, c] @ kernel[c, d]
+                    if placement == "official":
+                        vote[:, 0, 0] += row
+                        vote[:, 0, 1] += col
+                    elif placement == "paper":
+                        vote[:, 0, 3] += row
+                        vote[:, 1, 3] += col
+                    votes[:, i, j, c, d] = vote
+    return votes.reshape(batch, height * width * num_in, num_classes, 16)
+
+
+class EMClassCapsTest(TestCase):
+    def test_layer_basics(self):
+        self.run_layer_test(
+            EMClassCaps,
+            {"num_classes": 5, "coordinate_placement": "paper"},
+            input_data=_capsules((2, 3, 3, 4)),
+            expected_output_shape=[(2, 5, 4, 4), (2, 5)],
+            expected_num_trainable_weights=3,
+            expected_num_params=4 * 16 * 5 + 2 * 5,
+        )
+
+    def test_paper_parameter_count(self):
+        # B = 32 capsule types, 5 smallNORB classes: 32*16*5 + 2*5.
+        layer = EMClassCaps(num_classes=5)
+        layer.build([(None, 4, 4, 32, 4, 4), (None, 4, 4, 32)])
+        self.assertEqual(layer.count_params(), 2_570)
+
+    @parameterized.named_parameters(
+        ("official_placement", True, "official", None, "official"),
+        ("paper_placement_scaled", True, "paper", 0.08, "official"),
+        ("no_coordinates_paper_mode", False, None, None, "paper"),
+    )
+    def test_matches_numpy_votes(self, addition, placement, scale, mode):
+        inputs = _capsules((2, 3, 3, 4), seed=1)
+        kwargs = {
+            "num_classes": 3,
+            "coordinate_addition": addition,
+            "coordinate_scale": scale,
+            "routing_mode": mode,
+            "kernel_initializer": "random_normal",
+        }
+        if placement is not None:
+            kwargs["coordinate_placement"] = placement
+        layer = EMClassCaps(**kwargs)
+        poses, activations = layer(inputs)
+        votes = _numpy_class_votes(
+            inputs[0],
+            keras.ops.convert_to_numpy(layer.kernel),
+            placement if addition else None,
+            scale,
+        )
+        # The class layer routes with final_lambda * lambda_scale.
+        expected = capsule_ops.em_routing(
+            votes.astype("float32"),
+            inputs[1].reshape(2, 36),
+            layer.beta_v,
+            layer.beta_a,
+            final_lambda=0.0025,
+            mode=mode,
+        )
+        self.assertAllClose(
+            poses, keras.ops.reshape(expected[0], (2, 3, 4, 4)), atol=1e-5
+        )
+        self.assertAllClose(activations, expected[1], atol=1e-6)
+
+    def test_degenerate_inputs_train_finitely(self):
+        # Identical poses with a ones kernel and no coordinates make
+        # identical votes; then no active input; then poses of size 1e4.
+        poses = np.stack(
+            [
+                np.ones((2, 2, 3, 4, 4)),
+                np.random.default_rng(2).normal(size=(2, 2, 3, 4, 4)),
+                1e4 * np.random.default_rng(3).normal(size=(2, 2, 3, 4, 4)),
+            ]
+        ).astype("float32")
+        activations = np.stack(
+            [np.ones((2, 2, 3)), np.zeros((2, 2, 3)), np.ones((2, 2, 3))]
+        ).astype("float32")
+        outputs = _fit_one_step(
+            self,
+            EMClassCaps(
+                num_classes=2,
+                coordinate_addition=False,
+                kernel_initializer="ones",
+            ),
+            [poses, activations],
+        )
+        # Identical votes: each class pose is the common vote (4 per entry
+        # with a ones kernel and ones poses), up to the official 0.999.
+        self.assertAllClose(
+            outputs[0][0], np.full((2, 4, 4), 4 * 0.999), atol=1e-4
+        )
+
+    def test_mixed_precision(self):
+        inputs = _capsules((3, 2, 2, 3), seed=4)
+        inputs[0][2] *= 1e4
+        inputs[1][1] = 0.0
+        for policy in ("mixed_float16", "mixed_bfloat16"):
+            keras.config.set_dtype_policy(policy)
+            self.addCleanup(keras.config.set_dtype_policy, "float32")
+            outputs = _fit_one_step(self, EMClassCaps(num_classes=2), inputs)
+            for value in outputs:
+                self.assertEqual(
+                    keras.backend.standardize_dtype(value.dtype),
+                    policy.split("_")[1],
+                )
+        keras.config.set_dtype_policy("float32")
+
+    def test_matrix_capsule_network_compiles_fits_and_reloads(self):
+        # Conv2D -> PrimaryMatrixCaps -> EMConvCaps -> EMClassCaps, the
+        # paper's stack at toy size, jit-compiled where the backend can.
+        images = keras.Input((6, 6, 1))
+        features = keras.layers.Conv2D(4, 3, activation="relu")(images)
+        capsules = PrimaryMatrixCaps(num_capsules=2)(features)
+        capsules = EMConvCaps(num_capsules=2, kernel_size=3)(capsules)
+        _, probabilities = EMClassCaps(num_classes=3)(capsules)
+        model = keras.Model(images, probabilities)
+        jit = keras.backend.backend() in ("tensorflow", "jax")
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss="mse",
+            jit_compile=True if jit else "auto",
+        )
+        rng = np.random.default_rng(5)
+        x = rng.uniform(size=(4, 6, 6, 1)).astype("float32")
+        y = np.eye(3, dtype="float32")[[0, 1, 2, 0]]
+        before = [keras.ops.convert_to_numpy(w) for w in model.weights]
+        history = model.fit(x, y, batch_size=4, epochs=2, verbose=0)
+        self.assertTrue(np.all(np.isfinite(history.history["loss"])))
+        self.assertAllFinite(model.weights)
+        changed = [
+            not np.allclose(b, keras.ops.convert_to_numpy(w))
+            for b, w in zip(before, model.weights)
+        ]
+        self.assertTrue(all(changed), "every weight should be trained")
+
+        expected = model.predict(x, verbose=0)
+        path = os.path.join(self.get_temp_dir(), "matrix_capsnet.keras")
+        model.save(path)
+        loaded = keras.models.load_model(path)
+        self.assertIsInstance(loaded.layers[-1], EMClassCaps)
+        self.assertAllClose(loaded.predict(x, verbose=0), expected, atol=1e-6)
+
+    def test_errors(self):
+        with self.assertRaisesRegex(
+            ValueError, r"positive integer.*Received: num_classes=0"
+        ):
+            EMClassCaps(num_classes=0)
+        with self.assertRaisesRegex(
+            ValueError, r"coordinate_placement must be .*placement=center"
+        ):
+            EMClassCaps(num_classes=2, coordinate_placement="center")
+        with self.assertRaisesRegex(
+            TypeError, r"boolean.*Received: coordinate_addition=yes"
+        ):
+            EMClassCaps(num_classes=2, coordinate_addition="yes")
+        with self.assertRaisesRegex(
+            ValueError, r"positive number.*Received: lambda_scale=-1"
+        ):
+            EMClassCaps(num_classes=2, lambda_scale=-1)
+        with self.assertRaisesRegex(
+            ValueError, r"positive number.*Received: coordinate_scale=0"
+        ):
+            EMClassCaps(num_classes=2, coordinate_scale=0)
+        layer = EMClassCaps(num_classes=2)
+        with self.assertRaisesRegex(
+            ValueError, r"expects a list.*Received: input_shape"
+        ):
+            layer.build([(None, 3, 3, 4, 4), (None, 3, 3, 4)])
+        with self.assertRaisesRegex(
+            ValueError, r"at least 2x2.*Received: input_shape"
+        ):
+            layer.build([(None, 3, 3, 4, 1, 1), (None, 3, 3, 4)])
+
+
+def _fit_one_step(test, layer, inputs):
+    """Fits a one-layer model for one step; weights must stay finite."""
+    symbolic = [keras.Input(x.shape[1:]) for x in inputs]
+    model = keras.Model(symbolic, layer(symbolic))
+    model.compile(optimizer=keras.optimizers.SGD(1e-3), loss=["mse", "mse"])
+    outputs = model.predict(inputs, verbose=0)
+    test.assertAllFinite(outputs)
+    history = model.fit(
+        inputs, [np.zeros_like(o) for o in outputs], epochs=1, verbose=0
+    )
+    test.assertTrue(np.isfinite(history.history["loss"][-1]))
+    test.assertAllFinite(model.weights)
+    return outputs

@@ -1,0 +1,194 @@
+import keras
+import numpy as np
+from absl.testing import parameterized
+
+from keras_capsules import ops as capsule_ops
+from keras_capsules.layers import EMConvCaps
+from keras_capsules.testing import TestCase
+
+
+def _capsules(shape, seed=0, scale=1.0):
+    rng = np.random.default_rng(seed)
+    poses = scale * rng.normal(size=shape + (4, 4))
+    activations = rng.uniform(size=shape)
+    return [poses.astype("float32"), activations.astype("float32")]
+
+
+def _numpy_votes(poses, kernel, kernel_size, strides):
+    """V = M W for every window entry, by explicit loops (valid padding)."""
+    batch, height, width, num_in = poses.shape[:4]
+    num_out = kernel.shape[3]
+    out_h = (height - kernel_size) // strides + 1
+    out_w = (width - kernel_size) // strides + 1
+    votes = np.zeros(
+        (batch, out_h, out_w, kernel_size, kernel_size, num_in, num_out, 4, 4)
+    )
+    for i in range(out_h):
+        for j in range(out_w):
+            for u in range(kernel_size):
+                for v in range(kernel_size):
+                    for c in range(num_in):
+                        for d in range(num_out):
+                            pose = poses[:, i * strides + u, j * strides + v, c]
+                            votes[:, i, j, u, v, c, d] = (
+                                pose @ kernel[u, v, c, d]
+                            )
+    return votes.reshape(
+        batch, out_h, out_w, kernel_size * kernel_size * num_in, num_out, 16
+    )
+
+
+class EMConvCapsTest(TestCase):
+    @parameterized.named_parameters(
+        ("k3_s2_valid", {"strides": (2, 2)}, (5, 5), (2, 2)),
+        (
+            "k3_s1_same_paper",
+            {"padding": "same", "routing_mode": "paper"},
+            (3, 3),
+            (3, 3),
+        ),
+    )
+    def test_layer_basics(self, extra_kwargs, grid, out_grid):
+        init_kwargs = {"num_capsules": 2, "kernel_size": (3, 3)}
+        init_kwargs.update(extra_kwargs)
+        self.run_layer_test(
+            EMConvCaps,
+            init_kwargs,
+            input_data=_capsules((2,) + grid + (3,)),
+            expected_output_shape=[
+                (2,) + out_grid + (2, 4, 4),
+                (2,) + out_grid + (2,),
+            ],
+            expected_num_trainable_weights=3,
+            expected_num_params=3 * 3 * 3 * 2 * 16 + 2 * 2,
+        )
+
+    def test_paper_shapes_and_parameter_count(self):
+        # ConvCaps1 (K=3, stride 2): 14 -> 6; ConvCaps2 (K=3, stride 1):
+        # 6 -> 4; 3*3*32*32*16 transforms plus beta_v and beta_a.
+        conv1 = EMConvCaps(num_capsules=32, kernel_size=3, strides=2)
+        shapes = conv1.compute_output_shape(
+            [(None, 14, 14, 32, 4, 4), (None, 14, 14, 32)]
+        )
+        self.assertEqual(shapes, [(None, 6, 6, 32, 4, 4), (None, 6, 6, 32)])
+        conv2 = EMConvCaps(num_capsules=32, kernel_size=3, strides=1)
+        conv2.build(shapes)
+        self.assertEqual(conv2.count_params(), 147_456 + 64)
+        self.assertEqual(
+            conv2.compute_output_shape(shapes),
+            [(None, 4, 4, 32, 4, 4), (None, 4, 4, 32)],
+        )
+
+    def test_votes_and_routing_match_numpy(self):
+        inputs = _capsules((2, 5, 5, 3), seed=1)
+        layer = EMConvCaps(
+            num_capsules=2,
+            kernel_size=3,
+            strides=2,
+            beta_a_initializer="random_uniform",
+        )
+        poses, activations = layer(inputs)
+        kernel = keras.ops.convert_to_numpy(layer.kernel)
+        votes = _numpy_votes(inputs[0], kernel, 3, 2)
+        expected = capsule_ops.em_conv_routing(
+            votes.astype("float32"),
+            inputs[1],
+            layer.beta_v,
+            layer.beta_a,
+            kernel_size=3,
+            strides=2,
+        )
+        self.assertAllClose(
+            poses,
+            keras.ops.reshape(expected[0], (2, 2, 2, 2, 4, 4)),
+            atol=1e-5,
+        )
+        self.assertAllClose(activations, expected[1], atol=1e-6)
+
+    def test_degenerate_inputs_train_finitely(self):
+        # Identical poses with a ones kernel make identical votes (zero
+        # variance); the second example has no active input capsule; the
+        # third has poses of magnitude 1e4.
+        poses = np.stack(
+            [
+                np.ones((4, 4, 2, 4, 4)),
+                np.random.default_rng(2).normal(size=(4, 4, 2, 4, 4)),
+                1e4 * np.random.default_rng(3).normal(size=(4, 4, 2, 4, 4)),
+            ]
+        ).astype("float32")
+        activations = np.stack(
+            [np.ones((4, 4, 2)), np.zeros((4, 4, 2)), np.ones((4, 4, 2))]
+        ).astype("float32")
+        _fit_one_step(
+            self,
+            EMConvCaps(num_capsules=2, kernel_initializer="ones"),
+            [poses, activations],
+        )
+
+    def test_mixed_precision(self):
+        # Routing maths in float32, outputs in the compute dtype, finite
+        # values and a finite training step, including 1e4 poses and
+        # inactive inputs.
+        inputs = _capsules((3, 4, 4, 2), seed=4)
+        inputs[0][2] *= 1e4
+        inputs[1][1] = 0.0
+        for policy in ("mixed_float16", "mixed_bfloat16"):
+            keras.config.set_dtype_policy(policy)
+            self.addCleanup(keras.config.set_dtype_policy, "float32")
+            outputs = _fit_one_step(self, EMConvCaps(num_capsules=2), inputs)
+            for value in outputs:
+                self.assertEqual(
+                    keras.backend.standardize_dtype(value.dtype),
+                    policy.split("_")[1],
+                )
+        keras.config.set_dtype_policy("float32")
+
+    def test_errors(self):
+        with self.assertRaisesRegex(
+            ValueError, r"positive integer.*Received: routing_iterations=0"
+        ):
+            EMConvCaps(num_capsules=2, routing_iterations=0)
+        with self.assertRaisesRegex(
+            ValueError, r"routing_mode must be .*Received: routing_mode=em"
+        ):
+            EMConvCaps(num_capsules=2, routing_mode="em")
+        with self.assertRaisesRegex(
+            ValueError, r"positive number.*Received: final_lambda=0"
+        ):
+            EMConvCaps(num_capsules=2, final_lambda=0)
+        with self.assertRaisesRegex(
+            ValueError, r"padding must be .*Received: padding=full"
+        ):
+            EMConvCaps(num_capsules=2, padding="full")
+        layer = EMConvCaps(num_capsules=2)
+        with self.assertRaisesRegex(
+            ValueError, r"expects a list \[poses, activations\].*Received"
+        ):
+            layer.build((None, 5, 5, 3, 4, 4))
+        with self.assertRaisesRegex(
+            ValueError, r"expects a list.*Received: input_shape"
+        ):
+            layer.build([(None, 5, 5, 3, 4, 4), (None, 5, 5, 2)])
+        with self.assertRaisesRegex(
+            ValueError, r"square pose matrices.*Received: input_shape"
+        ):
+            layer.build([(None, 5, 5, 3, 4, 2), (None, 5, 5, 3)])
+        with self.assertRaisesRegex(
+            ValueError, r"no output positions.*Received: kernel_size"
+        ):
+            layer.build([(None, 2, 2, 3, 4, 4), (None, 2, 2, 3)])
+
+
+def _fit_one_step(test, layer, inputs):
+    """Fits a one-layer model for one step; weights must stay finite."""
+    symbolic = [keras.Input(x.shape[1:]) for x in inputs]
+    model = keras.Model(symbolic, layer(symbolic))
+    model.compile(optimizer=keras.optimizers.SGD(1e-3), loss=["mse", "mse"])
+    outputs = model.predict(inputs, verbose=0)
+    test.assertAllFinite(outputs)
+    history = model.fit(
+        inputs, [np.zeros_like(o) for o in outputs], epochs=1, verbose=0
+    )
+    test.assertTrue(np.isfinite(history.history["loss"][-1]))
+    test.assertAllFinite(model.weights)
+    return outputs

@@ -1,0 +1,247 @@
+import keras
+import numpy as np
+from absl.testing import parameterized
+
+from keras_capsules import ops as capsule_ops
+from keras_capsules.testing import TestCase
+
+
+def _geometry(size, kernel, stride, padding):
+    """Output size and leading pad of one axis (TensorFlow "same")."""
+    if padding == "same":
+        out = -(-size // stride)
+        return out, max((out - 1) * stride + kernel - size, 0) // 2
+    return (size - kernel) // stride + 1, 0
+
+
+def _numpy_extract(x, kernel_size, strides, padding):
+    batch, height, width = x.shape[:3]
+    out_h, top = _geometry(height, kernel_size[0], strides[0], padding)
+    out_w, left = _geometry(width, kernel_size[1], strides[1], padding)
+    out = np.zeros((batch, out_h, out_w) + kernel_size + x.shape[3:])
+    for i in range(out_h):
+        for j in range(out_w):
+            for u in range(kernel_size[0]):
+                for v in range(kernel_size[1]):
+                    row = i * strides[0] + u - top
+                    col = j * strides[1] + v - left
+                    if 0 <= row < height and 0 <= col < width:
+                        out[:, i, j, u, v] = x[:, row, col]
+    return out
+
+
+def _numpy_fold(patches, grid_size, strides, padding, reduction):
+    batch, out_h, out_w, kernel_h, kernel_w = patches.shape[:5]
+    _, top = _geometry(grid_size[0], kernel_h, strides[0], padding)
+    _, left = _geometry(grid_size[1], kernel_w, strides[1], padding)
+    shape = (batch,) + tuple(grid_size) + patches.shape[5:]
+    out = np.full(shape, -np.inf if reduction == "max" else 0.0)
+    for i in range(out_h):
+        for j in range(out_w):
+            for u in range(kernel_h):
+                for v in range(kernel_w):
+                    row = i * strides[0] + u - top
+                    col = j * strides[1] + v - left
+                    if 0 <= row < grid_size[0] and 0 <= col < grid_size[1]:
+                        entry = patches[:, i, j, u, v]
+                        if reduction == "max":
+                            out[:, row, col] = np.maximum(
+                                out[:, row, col], entry
+                            )
+                        else:
+                            out[:, row, col] += entry
+    return np.where(np.isinf(out), 0.0, out)
+
+
+_GRIDS = (
+    # name, grid, kernel, strides, padding, trailing
+    ("k3_s1_valid_poses", (5, 5), (3, 3), (1, 1), "valid", (2, 4, 4)),
+    ("k3_s2_valid", (5, 5), (3, 3), (2, 2), "valid", (3,)),
+    ("k3_s2_valid_uncovered", (6, 6), (3, 3), (2, 2), "valid", (2,)),
+    ("k3_s2_same", (6, 5), (3, 3), (2, 2), "same", (2,)),
+    ("k3_s1_same", (4, 4), (3, 3), (1, 1), "same", (2, 2, 2)),
+    ("k2_s3_valid_gaps", (7, 6), (2, 2), (3, 3), "valid", (2,)),
+    ("rectangular", (5, 6), (3, 2), (1, 2), "valid", (2,)),
+    ("no_trailing_axes", (5, 5), (3, 3), (2, 2), "same", ()),
+)
+
+
+class ExtractCapsulePatchesTest(TestCase):
+    @parameterized.named_parameters(*_GRIDS)
+    def test_extract_and_fold_match_loops(
+        self, grid, kernel, strides, padding, trailing
+    ):
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(2,) + grid + trailing).astype("float32")
+        tiles = capsule_ops.extract_capsule_patches(x, kernel, strides, padding)
+        expected = _numpy_extract(x, kernel, strides, padding)
+        self.assertAllClose(tiles, expected, atol=0)
+
+        patches = rng.normal(size=expected.shape).astype("float32")
+        folded = {}
+        for reduction in ("sum", "max"):
+            folded[reduction] = capsule_ops.fold_capsule_patches(
+                patches, grid, strides, padding, reduction
+            )
+            self.assertAllClose(
+                folded[reduction],
+                _numpy_fold(patches, grid, strides, padding, reduction),
+                atol=1e-5,
+                msg=reduction,
+            )
+        # The sum fold is the transpose (adjoint) of the extraction.
+        self.assertAllClose(
+            np.sum(expected * patches),
+            np.sum(x * keras.ops.convert_to_numpy(folded["sum"])),
+            atol=1e-3,
+            rtol=1e-5,
+        )
+
+    def test_integer_arguments_and_paper_grid(self):
+        # ConvCaps1 of the paper: K=3, stride 2 on the 14x14 primary grid.
+        x = np.zeros((1, 14, 14, 2, 4, 4), "float32")
+        tiles = capsule_ops.extract_capsule_patches(x, 3, 2)
+        self.assertShapeEqual(tiles.shape, (1, 6, 6, 3, 3, 2, 4, 4))
+
+    def test_symbolic_unknown_batch(self):
+        inputs = keras.Input((5, 5, 2, 4, 4))
+        tiles = capsule_ops.extract_capsule_patches(inputs, 3, 2, "same")
+        self.assertShapeEqual(tiles.shape, (None, 3, 3, 3, 3, 2, 4, 4))
+
+    def test_errors(self):
+        x = np.zeros((1, 2, 2, 3), "float32")
+        with self.assertRaisesRegex(
+            ValueError, r"leaves no output positions.*Received: kernel_size"
+        ):
+            capsule_ops.extract_capsule_patches(x, 3)
+        with self.assertRaisesRegex(
+            ValueError, r"padding must be .*Received: padding=full"
+        ):
+            capsule_ops.extract_capsule_patches(x, 1, padding="full")
+        with self.assertRaisesRegex(
+            ValueError, r"positive integer.*Received: strides=0"
+        ):
+            capsule_ops.extract_capsule_patches(x, 1, strides=0)
+        with self.assertRaisesRegex(
+            ValueError, r"rank >= 3.*Received: inputs.shape=\(3,\)"
+        ):
+            capsule_ops.extract_capsule_patches(np.zeros(3), 1)
+
+
+class FoldCapsulePatchesTest(TestCase):
+    def test_counts_windows_per_position(self):
+        ones = np.ones((1, 2, 2, 3, 3, 1), "float32")
+        counts = capsule_ops.fold_capsule_patches(ones, (5, 5), strides=2)
+        expected = np.outer([1, 1, 2, 1, 1], [1, 1, 2, 1, 1])
+        self.assertAllClose(counts[0, :, :, 0], expected, atol=0)
+
+    def test_max_of_very_negative_values(self):
+        patches = np.full((1, 2, 2, 2, 2, 1), -1e30, "float32")
+        folded = capsule_ops.fold_capsule_patches(
+            patches, (3, 3), reduction="max"
+        )
+        self.assertAllClose(folded, np.full((1, 3, 3, 1), -1e30), rtol=1e-6)
+
+    def test_errors(self):
+        patches = np.zeros((1, 2, 2, 3, 3, 1), "float32")
+        with self.assertRaisesRegex(
+            ValueError, r"does not match.*Received: patches.shape"
+        ):
+            capsule_ops.fold_capsule_patches(patches, (5, 5), strides=1)
+        with self.assertRaisesRegex(
+            ValueError, r"reduction must be .*Received: reduction=mean"
+        ):
+            capsule_ops.fold_capsule_patches(
+                patches, (5, 5), 2, reduction="mean"
+            )
+        with self.assertRaisesRegex(
+            ValueError, r"tuple of 2 positive integers.*Received: grid_size=5"
+        ):
+            capsule_ops.fold_capsule_patches(patches, 5, 2)
+
+
+def _numpy_add_coordinates(votes, placement, scale):
+    votes = np.array(votes, dtype="float64")
+    height, width = votes.shape[1:3]
+    pose_w = votes.shape[-1]
+    for i in range(height):
+        for j in range(width):
+            if scale is None:
+                row, col = (i + 0.5) / height, (j + 0.5) / width
+            else:
+                row, col = (i + 0.5) * scale, (j + 0.5) * scale
+            if placement == "official":
+                votes[:, i, j, ..., 0, 0] += row
+                votes[:, i, j, ..., 0, 1] += col
+            else:
+                votes[:, i, j, ..., 0, pose_w - 1] += row
+                votes[:, i, j, ..., 1, pose_w - 1] += col
+    return votes
+
+
+class CoordinateAdditionTest(TestCase):
+    def test_coordinate_grid(self):
+        grid = keras.ops.convert_to_numpy(capsule_ops.coordinate_grid(2, 4))
+        self.assertShapeEqual(grid.shape, (2, 4, 2))
+        self.assertAllClose(grid[:, 0, 0], np.array([0.25, 0.75]))
+        self.assertAllClose(
+            grid[0, :, 1], np.array([0.125, 0.375, 0.625, 0.875])
+        )
+        scaled = capsule_ops.coordinate_grid(2, 3, coordinate_scale=0.04)
+        self.assertAllClose(
+            keras.ops.convert_to_numpy(scaled)[1, 2],
+            np.array([0.06, 0.1]),
+            atol=1e-7,
+        )
+
+    @parameterized.named_parameters(
+        ("official_normalised", "official", None),
+        ("paper_normalised", "paper", None),
+        ("official_scaled", "official", 0.08),
+        ("paper_scaled", "paper", 0.08),
+    )
+    def test_matches_loops(self, placement, scale):
+        votes = np.random.default_rng(3).normal(size=(2, 3, 4, 2, 5, 4, 4))
+        votes = votes.astype("float32")
+        result = capsule_ops.add_coordinates(votes, placement, scale)
+        self.assertAllClose(
+            result, _numpy_add_coordinates(votes, placement, scale), atol=1e-6
+        )
+
+    def test_placements_touch_different_elements(self):
+        votes = np.zeros((1, 2, 2, 1, 4, 4), "float32")
+        official = keras.ops.convert_to_numpy(
+            capsule_ops.add_coordinates(votes, "official")
+        )
+        paper = keras.ops.convert_to_numpy(
+            capsule_ops.add_coordinates(votes, "paper")
+        )
+        changed = np.argwhere(official[0, 1, 1, 0] != 0).tolist()
+        self.assertEqual(changed, [[0, 0], [0, 1]])
+        changed = np.argwhere(paper[0, 1, 1, 0] != 0).tolist()
+        self.assertEqual(changed, [[0, 3], [1, 3]])
+
+    def test_keeps_half_precision(self):
+        votes = np.zeros((1, 2, 2, 1, 4, 4), "float16")
+        result = capsule_ops.add_coordinates(votes)
+        self.assertEqual(
+            keras.backend.standardize_dtype(result.dtype), "float16"
+        )
+
+    def test_errors(self):
+        with self.assertRaisesRegex(
+            ValueError, r"placement must be .*Received: placement=center"
+        ):
+            capsule_ops.add_coordinates(np.zeros((1, 2, 2, 4, 4)), "center")
+        with self.assertRaisesRegex(
+            ValueError, r"no room.*Received: votes.shape"
+        ):
+            capsule_ops.add_coordinates(np.zeros((1, 2, 2, 1, 1)))
+        with self.assertRaisesRegex(
+            ValueError, r"positive number.*Received: coordinate_scale=-1"
+        ):
+            capsule_ops.coordinate_grid(2, 2, coordinate_scale=-1)
+        with self.assertRaisesRegex(
+            ValueError, r"positive integer.*Received: height=0"
+        ):
+            capsule_ops.coordinate_grid(0, 2)

@@ -1,0 +1,323 @@
+import keras
+import numpy as np
+from absl.testing import parameterized
+from keras import ops
+
+from keras_capsules.ops import dynamic_routing
+from keras_capsules.testing import TestCase
+
+
+def _numpy_squash(s):
+    squared_norm = np.sum(np.square(s), axis=-1, keepdims=True)
+    norm = np.sqrt(squared_norm)
+    return squared_norm / (1.0 + squared_norm) * s / np.where(norm > 0, norm, 1)
+
+
+def _numpy_softmax(x):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def _numpy_dynamic_routing(votes, iterations, bias=None, leaky=False):
+    """Procedure 1 of Sabour et al. 2017, with the official code's options.
+
+    Returns the output capsules and the last coupling coefficients.
+    """
+    votes = np.asarray(votes, dtype="float64")
+    logits = np.zeros(votes.shape[:-1])
+    for iteration in range(iterations):
+        if leaky:
+            padded = np.concatenate(
+                [np.zeros(logits.shape[:-1] + (1,)), logits], axis=-1
+            )
+            coupling = _numpy_softmax(padded)[..., 1:]
+        else:
+            coupling = _numpy_softmax(logits)
+        preactivation = np.sum(coupling[..., None] * votes, axis=-3)
+        if bias is not None:
+            preactivation = preactivation + bias
+        outputs = _numpy_squash(preactivation)
+        if iteration < iterations - 1:
+            logits = logits + np.sum(votes * outputs[..., None, :, :], -1)
+    return outputs, coupling
+
+
+def _random_votes(shape, scale=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * scale).astype("float32")
+
+
+def _degenerate_votes(kind, shape=(2, 6, 4, 3)):
+    if kind == "zero":
+        return np.zeros(shape, dtype="float32")
+    if kind == "identical":
+        return np.broadcast_to(_random_votes(shape[-1:]), shape).copy()
+    return _random_votes(shape, scale=1e4)
+
+
+class _RoutedWeight(keras.layers.Layer):
+    """Routes a trainable votes weight, to take a gradient step."""
+
+    def __init__(self, votes, routing_kwargs, **kwargs):
+        super().__init__(**kwargs)
+        self.votes = np.asarray(votes, dtype="float32")
+        self.routing_kwargs = routing_kwargs
+
+    def build(self, input_shape):
+        self.w = self.add_weight(
+            name="votes",
+            shape=self.votes.shape,
+            initializer=keras.initializers.Constant(self.votes),
+        )
+
+    def call(self, inputs):
+        outputs = dynamic_routing(self.w, **self.routing_kwargs)
+        return inputs * ops.reshape(outputs, (1, -1))
+
+
+def _fit_one_step(*cases):
+    """One SGD step through several routings in one model.
+
+    Each case is `(votes, routing_kwargs)`; its votes become a trainable
+    weight. One compiled step serves all cases (their gradients do not
+    interact), which keeps the test fast. Returns the updated votes of each
+    case and the model's output.
+    """
+    inputs = keras.Input(shape=(1,))
+    layers = [_RoutedWeight(votes, kwargs) for votes, kwargs in cases]
+    outputs = [layer(inputs) for layer in layers]
+    if len(outputs) > 1:
+        outputs = keras.layers.Concatenate()(outputs)
+    else:
+        outputs = outputs[0]
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x = np.ones((2, 1), dtype="float32")
+    y = np.full((2, outputs.shape[-1]), 0.5, dtype="float32")
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+    updated = [ops.convert_to_numpy(layer.w) for layer in layers]
+    return updated, model.predict(x, verbose=0)
+
+
+class DynamicRoutingTest(TestCase):
+    @parameterized.named_parameters(
+        ("batch_1_iteration", (2, 5, 4, 3), 1),
+        ("batch_3_iterations", (2, 5, 4, 3), 3),
+        ("grid_1_iteration", (2, 3, 5, 4, 3), 1),
+        ("grid_3_iterations", (2, 3, 5, 4, 3), 3),
+        ("no_leading_dims", (6, 2, 4), 3),
+        ("many_iterations", (2, 7, 3, 5), 5),
+    )
+    def test_matches_procedure_1(self, shape, iterations):
+        votes = _random_votes(shape)
+        expected, expected_coupling = _numpy_dynamic_routing(votes, iterations)
+        outputs, coupling = dynamic_routing(
+            votes, iterations=iterations, return_coupling=True
+        )
+        self.assertEqual(tuple(outputs.shape), shape[:-3] + shape[-2:])
+        self.assertEqual(tuple(coupling.shape), shape[:-1])
+        self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
+        self.assertAllClose(coupling, expected_coupling, atol=1e-5, rtol=1e-5)
+
+    def test_single_iteration_is_uniform_coupling(self):
+        votes = _random_votes((2, 5, 4, 3))
+        outputs, coupling = dynamic_routing(
+            votes, iterations=1, return_coupling=True
+        )
+        self.assertAllClose(coupling, np.full((2, 5, 4), 0.25))
+        self.assertAllClose(
+            outputs, _numpy_squash(votes.sum(axis=1) / 4.0), atol=1e-6
+        )
+
+    def test_default_is_three_iterations(self):
+        votes = _random_votes((2, 5, 4, 3))
+        self.assertAllClose(
+            dynamic_routing(votes),
+            _numpy_dynamic_routing(votes, 3)[0],
+            atol=1e-5,
+            rtol=1e-5,
+        )
+
+    def test_coupling_sums_to_one_over_outputs(self):
+        votes = _random_votes((3, 6, 5, 4), scale=3.0)
+        _, coupling = dynamic_routing(votes, return_coupling=True)
+        coupling = ops.convert_to_numpy(coupling)
+        self.assertAllClose(coupling.sum(axis=-1), np.ones((3, 6)), atol=1e-6)
+        self.assertTrue(np.all(coupling >= 0.0))
+
+    def test_agreement_raises_coupling_to_agreeing_output(self):
+        # Every input votes (1, 0) for output 0 and random noise elsewhere,
+        # so routing must concentrate the coupling on output 0.
+        votes = _random_votes((1, 8, 3, 2), scale=0.1)
+        votes[:, :, 0, :] = [1.0, 0.0]
+        _, coupling = dynamic_routing(votes, iterations=3, return_coupling=True)
+        coupling = ops.convert_to_numpy(coupling)
+        self.assertTrue(np.all(coupling[..., 0] > coupling[..., 1]))
+        self.assertTrue(np.all(coupling[..., 0] > 1.0 / 3.0))
+
+    @parameterized.named_parameters(
+        ("full", (4, 3)), ("per_dim", (3,)), ("scalar", ())
+    )
+    def test_bias_matches_reference(self, bias_shape):
+        votes = _random_votes((2, 5, 4, 3))
+        bias = np.full(bias_shape, 0.1, dtype="float32")
+        bias = bias + _random_votes(bias_shape, scale=0.05, seed=1)
+        expected, expected_coupling = _numpy_dynamic_routing(
+            votes, 3, bias=bias
+        )
+        outputs, coupling = dynamic_routing(
+            votes, bias=bias, return_coupling=True
+        )
+        self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
+        self.assertAllClose(coupling, expected_coupling, atol=1e-5, rtol=1e-5)
+        self.assertFalse(
+            np.allclose(expected, _numpy_dynamic_routing(votes, 3)[0])
+        )
+
+    @parameterized.named_parameters(("1_iteration", 1), ("3_iterations", 3))
+    def test_leaky_matches_reference(self, iterations):
+        votes = _random_votes((2, 3, 5, 4, 3))
+        expected, expected_coupling = _numpy_dynamic_routing(
+            votes, iterations, leaky=True
+        )
+        outputs, coupling = dynamic_routing(
+            votes, iterations=iterations, leaky=True, return_coupling=True
+        )
+        self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
+        self.assertAllClose(coupling, expected_coupling, atol=1e-5, rtol=1e-5)
+        # The dropped "dustbin" share leaves less than 1 for real outputs.
+        self.assertTrue(
+            np.all(ops.convert_to_numpy(coupling).sum(axis=-1) < 1.0)
+        )
+
+    def test_leaky_with_bias_matches_reference(self):
+        votes = _random_votes((2, 5, 4, 3))
+        bias = np.full((4, 3), 0.1, dtype="float32")
+        expected, _ = _numpy_dynamic_routing(votes, 3, bias=bias, leaky=True)
+        outputs = dynamic_routing(votes, bias=bias, leaky=True)
+        self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
+
+    @parameterized.named_parameters(
+        ("plain", {}),
+        ("leaky_bias", {"leaky": True, "bias": np.full((4, 3), 0.1)}),
+    )
+    def test_stop_gradient_keeps_forward_values(self, kwargs):
+        votes = _random_votes((2, 5, 4, 3))
+        outputs, coupling = dynamic_routing(
+            votes, return_coupling=True, **kwargs
+        )
+        stopped, stopped_coupling = dynamic_routing(
+            votes, stop_gradient=True, return_coupling=True, **kwargs
+        )
+        self.assertAllClose(stopped, outputs)
+        self.assertAllClose(stopped_coupling, coupling)
+
+    def test_stop_gradient_changes_only_multi_iteration_gradients(self):
+        votes = _random_votes((1, 4, 3, 2))
+        (plain, stopped, plain_once, stopped_once), _ = _fit_one_step(
+            (votes, {"iterations": 3}),
+            (votes, {"iterations": 3, "stop_gradient": True}),
+            (votes, {"iterations": 1}),
+            (votes, {"iterations": 1, "stop_gradient": True}),
+        )
+        self.assertAllFinite([plain, stopped])
+        self.assertFalse(np.allclose(plain, votes))
+        self.assertFalse(np.allclose(stopped, votes))
+        self.assertFalse(np.allclose(plain, stopped, atol=1e-7, rtol=0))
+        # With one iteration there is no agreement update to stop.
+        self.assertAllClose(stopped_once, plain_once)
+
+    @parameterized.named_parameters(
+        ("zero", "zero", False),
+        ("zero_leaky", "zero", True),
+        ("identical", "identical", False),
+        ("identical_leaky", "identical", True),
+        ("large", "large", False),
+        ("large_leaky", "large", True),
+    )
+    def test_degenerate_votes_stay_finite(self, kind, leaky):
+        votes = _degenerate_votes(kind)
+        outputs, coupling = dynamic_routing(
+            votes, leaky=leaky, return_coupling=True
+        )
+        self.assertAllFinite([outputs, coupling])
+        lengths = np.linalg.norm(ops.convert_to_numpy(outputs), axis=-1)
+        self.assertTrue(np.all(lengths <= 1.0 + 1e-6))
+        expected, expected_coupling = _numpy_dynamic_routing(
+            votes, 3, leaky=leaky
+        )
+        # Votes of 1e4 give logits of ~1e5, where float32 rounding may move
+        # a saturated softmax, so those are only checked loosely.
+        atol = 1e-2 if kind == "large" else 1e-5
+        self.assertAllClose(outputs, expected, atol=atol, rtol=atol)
+        self.assertAllClose(coupling, expected_coupling, atol=atol)
+
+    def test_degenerate_votes_gradient_step_is_finite(self):
+        variants = (
+            {},
+            {"leaky": True},
+            {"stop_gradient": True},
+            {"bias": np.full((4, 3), 0.1, dtype="float32")},
+        )
+        updated, predictions = _fit_one_step(
+            *[
+                (_degenerate_votes(kind), kwargs)
+                for kind in ("zero", "identical", "large")
+                for kwargs in variants
+            ]
+        )
+        self.assertAllFinite(updated)
+        self.assertAllFinite(predictions)
+
+    @parameterized.named_parameters(
+        ("float16", "float16"), ("bfloat16", "bfloat16")
+    )
+    def test_half_precision_votes(self, dtype):
+        votes = _random_votes((2, 5, 4, 3), scale=300.0)
+        outputs, coupling = dynamic_routing(
+            ops.cast(votes, dtype), return_coupling=True
+        )
+        for tensor in (outputs, coupling):
+            self.assertEqual(
+                keras.backend.standardize_dtype(tensor.dtype), dtype
+            )
+        outputs = ops.cast(outputs, "float32")
+        self.assertAllFinite(outputs)
+        expected, _ = _numpy_dynamic_routing(
+            ops.convert_to_numpy(ops.cast(ops.cast(votes, dtype), "float32")),
+            3,
+        )
+        self.assertAllClose(outputs, expected, atol=2e-2, rtol=2e-2)
+
+    def test_symbolic_votes(self):
+        outputs = dynamic_routing(keras.Input(shape=(3, 5, 4, 2)))
+        self.assertEqual(tuple(outputs.shape), (None, 3, 4, 2))
+
+    @parameterized.named_parameters(
+        ("zero", 0), ("negative", -2), ("float", 1.5), ("bool", True)
+    )
+    def test_invalid_iterations_raise(self, iterations):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"Argument iterations must be a positive integer\. "
+            rf"Received: iterations={iterations}$",
+        ):
+            dynamic_routing(_random_votes((2, 3, 4, 2)), iterations=iterations)
+
+    def test_low_rank_votes_raise(self):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"Argument votes must have rank >= 3.*"
+            r"Received: votes\.shape=\(4, 2\)$",
+        ):
+            dynamic_routing(_random_votes((4, 2)))
+
+    def test_mismatched_bias_raises(self):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"Argument bias must broadcast to .* \(4, 3\)\. "
+            r"Received: bias\.shape=\(5, 3\)$",
+        ):
+            dynamic_routing(
+                _random_votes((2, 5, 4, 3)), bias=np.zeros((5, 3), "float32")
+            )

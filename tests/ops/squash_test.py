@@ -1,0 +1,151 @@
+import keras
+import numpy as np
+from absl.testing import parameterized
+from keras import ops
+
+from keras_capsules.ops import squash
+from keras_capsules.testing import TestCase
+
+
+def _numpy_squash(s, axis=-1, offset=1.0):
+    """Eq. 1 of Sabour et al. 2017, exactly, with v = 0 at s = 0."""
+    s = np.asarray(s, dtype="float64")
+    squared_norm = np.sum(np.square(s), axis=axis, keepdims=True)
+    norm = np.sqrt(squared_norm)
+    safe_norm = np.where(norm > 0, norm, 1.0)
+    return squared_norm / (offset + squared_norm) * s / safe_norm
+
+
+class _SquashedWeight(keras.layers.Layer):
+    """Feeds a trainable weight through `squash`, to take a gradient step."""
+
+    def __init__(self, value, **kwargs):
+        super().__init__(**kwargs)
+        self.value = np.asarray(value, dtype="float32")
+
+    def build(self, input_shape):
+        self.w = self.add_weight(
+            name="w",
+            shape=self.value.shape,
+            initializer=keras.initializers.Constant(self.value),
+        )
+
+    def call(self, inputs):
+        return inputs * ops.reshape(squash(self.w), (1, -1))
+
+
+def _fit_one_step(value):
+    """One SGD step on `squash(w)`; returns the updated weight and output."""
+    inputs = keras.Input(shape=(1,))
+    layer = _SquashedWeight(value)
+    model = keras.Model(inputs, layer(inputs))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x = np.ones((2, 1), dtype="float32")
+    y = np.ones((2, np.size(value)), dtype="float32")
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+    return ops.convert_to_numpy(layer.w), model.predict(x, verbose=0)
+
+
+class SquashTest(TestCase):
+    @parameterized.named_parameters(
+        ("vector", (3,), -1, 1.0),
+        ("batch", (4, 5), -1, 1.0),
+        ("capsules", (2, 3, 8), -1, 1.0),
+        ("middle_axis", (2, 8, 3), 1, 1.0),
+        ("offset_half", (2, 3, 8), -1, 0.5),
+        ("offset_half_middle_axis", (2, 8, 3), -2, 0.5),
+    )
+    def test_matches_numpy_reference(self, shape, axis, offset):
+        rng = np.random.default_rng(0)
+        # Scales from tiny to large lengths exercise both ends of the curve.
+        x = rng.standard_normal(shape) * rng.choice([1e-2, 1.0, 10.0], shape)
+        x = x.astype("float32")
+        expected = _numpy_squash(x, axis=axis, offset=offset)
+        output = squash(x, axis=axis, offset=offset)
+        self.assertEqual(tuple(output.shape), shape)
+        self.assertAllClose(output, expected, atol=1e-6, rtol=1e-5)
+
+    def test_default_offset_is_the_paper_form(self):
+        x = np.array([[3.0, 4.0]], dtype="float32")
+        # |s| = 5: length 25 / 26 along (0.6, 0.8).
+        self.assertAllClose(
+            squash(x), np.array([[25 / 26 * 0.6, 25 / 26 * 0.8]]), atol=1e-6
+        )
+        self.assertAllClose(
+            squash(x, offset=0.5),
+            np.array([[25 / 25.5 * 0.6, 25 / 25.5 * 0.8]]),
+            atol=1e-6,
+        )
+
+    def test_lengths_are_below_one(self):
+        x = np.random.default_rng(1).standard_normal((5, 7, 4)) * 100
+        lengths = np.linalg.norm(
+            ops.convert_to_numpy(squash(x.astype("float32"))), axis=-1
+        )
+        self.assertTrue(np.all(lengths < 1.0))
+        self.assertTrue(np.all(lengths >= 0.0))
+
+    def test_zero_vector_gives_zero(self):
+        x = np.zeros((2, 3, 4), dtype="float32")
+        output = squash(x)
+        self.assertAllFinite(output)
+        self.assertAllClose(output, x, atol=0.0)
+
+    @parameterized.named_parameters(
+        ("zero", [0.0, 0.0, 0.0]),
+        ("tiny", [1e-20, 0.0, -1e-20]),
+        ("large", [1e4, -1e4, 1e4]),
+    )
+    def test_gradient_step_is_finite(self, value):
+        weight, output = _fit_one_step(value)
+        self.assertAllFinite(weight)
+        self.assertAllFinite(output)
+
+    def test_gradient_step_moves_nonzero_vector(self):
+        value = [0.3, -0.2, 0.1]
+        weight, _ = _fit_one_step(value)
+        self.assertAllFinite(weight)
+        self.assertFalse(np.allclose(weight, value))
+
+    def test_large_magnitudes_are_finite(self):
+        x = np.full((2, 16), 1e4, dtype="float32")
+        output = ops.convert_to_numpy(squash(x))
+        self.assertAllFinite(output)
+        self.assertAllClose(np.linalg.norm(output, axis=-1), np.ones(2))
+
+    @parameterized.named_parameters(
+        ("float16", "float16"), ("bfloat16", "bfloat16")
+    )
+    def test_half_precision_keeps_dtype_and_stays_finite(self, dtype):
+        # |s|^2 = 250,000 overflows float16, so this needs float32 inside.
+        x = ops.cast(np.array([[300.0, 400.0], [0.0, 0.0]]), dtype)
+        output = squash(x)
+        self.assertEqual(keras.backend.standardize_dtype(output.dtype), dtype)
+        self.assertAllFinite(ops.cast(output, "float32"))
+        self.assertAllClose(
+            ops.cast(output, "float32"),
+            np.array([[0.6, 0.8], [0.0, 0.0]]),
+            atol=1e-2,
+        )
+
+    def test_integer_input_becomes_floatx(self):
+        output = squash(np.array([[3, 4]], dtype="int32"))
+        self.assertEqual(
+            keras.backend.standardize_dtype(output.dtype),
+            keras.config.floatx(),
+        )
+
+    def test_symbolic_input(self):
+        output = squash(keras.Input(shape=(3, 8)))
+        self.assertEqual(tuple(output.shape), (None, 3, 8))
+
+    @parameterized.named_parameters(
+        ("zero", 0), ("negative", -1.0), ("string", "1"), ("bool", True)
+    )
+    def test_invalid_offset_raises(self, offset):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"Argument offset must be a positive number\. "
+            rf"Received: offset={offset}$",
+        ):
+            squash(np.ones((2, 3), dtype="float32"), offset=offset)
