@@ -1,1 +1,5 @@
 """Public callbacks of keras_capsules."""
+
+from keras_capsules.callbacks.spread_margin_scheduler import (
+    SpreadMarginScheduler,
+)
