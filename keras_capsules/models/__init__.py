@@ -1,1 +1,4 @@
 """Public models of keras_capsules."""
+
+from keras_capsules.models.capsnet import CapsNet
+from keras_capsules.models.matrix_capsnet import MatrixCapsNet

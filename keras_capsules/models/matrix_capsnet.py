@@ -1,0 +1,399 @@
+"""MatrixCapsNet: the EM-routing capsule network of Hinton et al. (2018)."""
+
+import math
+
+import keras
+
+from keras_capsules.layers.em_class_caps import EMClassCaps
+from keras_capsules.layers.em_conv_caps import EMConvCaps
+from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps
+from keras_capsules.losses.spread_loss import SpreadLoss
+
+# Official training setting (google-research, capsule_em/experiment.py and
+# model.py): Adam, learning rate 0.01 decayed (continuously) by 0.96 every
+# 20k steps, batch 64.
+_LEARNING_RATE = 0.01
+_DECAY_STEPS = 20000
+_DECAY_RATE = 0.96
+
+# Conv1 is a 5x5 stride-2 valid convolution and the two convolutional
+# capsule layers use 3x3 kernels with strides 2 then 1 (paper, Figure 1).
+_CONV_KERNEL_SIZE = 5
+_CONV_STRIDES = 2
+_CAPS_KERNEL_SIZE = 3
+_CAPS_STRIDES = (2, 1)
+
+
+def _check_positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"Argument {name} must be a positive integer. "
+            f"Received: {name}={value!r}"
+        )
+    return value
+
+
+def _check_input_shape(input_shape):
+    valid = (
+        isinstance(input_shape, (tuple, list))
+        and len(input_shape) == 3
+        and all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0
+            for d in input_shape
+        )
+    )
+    if not valid:
+        raise ValueError(
+            "Argument input_shape must be a tuple of 3 positive integers "
+            "(height, width, channels), channels last. "
+            f"Received: input_shape={input_shape!r}"
+        )
+    return tuple(input_shape)
+
+
+def _valid_size(size, kernel_size, strides):
+    return (size - kernel_size) // strides + 1
+
+
+def _check_geometry(input_shape):
+    """Raises unless every layer keeps at least one position."""
+    sizes = [min(input_shape[:2])]
+    sizes.append(_valid_size(sizes[-1], _CONV_KERNEL_SIZE, _CONV_STRIDES))
+    for strides in _CAPS_STRIDES:
+        sizes.append(_valid_size(sizes[-1], _CAPS_KERNEL_SIZE, strides))
+    if min(sizes) < 1:
+        # 5x5/2 then 3x3/2 then 3x3/1, all valid: 1 <- 3 <- 7 <- 17.
+        raise ValueError(
+            "The images are too small for MatrixCapsNet: Conv1 (5x5, "
+            "stride 2), ConvCaps1 (3x3, stride 2) and ConvCaps2 (3x3, "
+            "stride 1), all without padding, need a height and width of at "
+            f"least 17. Received: input_shape={input_shape}"
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class MatrixCapsNet(keras.Model):
+    """The matrix-capsule network of "Matrix capsules with EM routing".
+
+    A ReLU convolution (Conv1: `A` filters, 5x5, stride 2) feeds primary
+    matrix capsules (`PrimaryMatrixCaps`: `B` types of 4x4 poses with an
+    activation each, 1x1 kernel), two convolutional capsule layers routed
+    by EM (`EMConvCaps`: `C` types, 3x3 kernel, stride 2, then `D` types,
+    3x3 kernel, stride 1), and class capsules (`EMClassCaps`, one capsule
+    per class, with coordinate addition). All convolutions are unpadded:
+    on 32x32 smallNORB crops the grids go 14 -> 14 -> 6 -> 4. The model's
+    output is the activation of each class capsule, a probability in
+    `(0, 1)`: `predict(x)` returns shape `(batch_size, num_classes)` and
+    the class is its argmax. `class_capsules(x)` also returns the class
+    pose matrices.
+
+    With the paper's `A = B = C = D = 32` on one-channel 32x32 images the
+    model has 316,394 trainable parameters (Conv1 832, PrimaryMatrixCaps
+    17,952, ConvCaps1 and ConvCaps2 147,520 each, ClassCaps 2,570; "310K"
+    in the paper), and the small network (`A = 64, B = 8, C = D = 16`)
+    has 67,154 ("68K").
+
+    The spread-loss margin is real state: the model owns `spread_margin`,
+    a non-trainable scalar `keras.Variable` that starts at 0.2, and
+    `compile()` shares it with its `keras_capsules.losses.SpreadLoss`, so
+    `keras_capsules.callbacks.SpreadMarginScheduler` can grow it during
+    `fit` on every backend. It is saved with the weights.
+
+    `compile()` without arguments uses the official setting: Adam with a
+    learning rate of 0.01 decayed continuously by 0.96 every 20,000 steps
+    (`keras.optimizers.schedules.ExponentialDecay`), the spread loss (Eq.
+    3, summed over classes as in the paper), and the accuracy of the
+    argmax. The official weight decay, `2e-7 * sum(w ** 2) / 2` added to
+    the loss for every kernel (not the biases, `beta_v` or `beta_a`), is
+    the model's `weight_decay` argument: an `L2(weight_decay / 2)` kernel
+    regularizer on each layer, the exact equivalent. (`AdamW`'s decoupled
+    decay would not pass through Adam's normalisation as the official
+    coupled decay does.)
+
+    See Hinton, Sabour & Frosst, "Matrix capsules with EM routing"
+    (ICLR 2018), Figure 1.
+
+    Args:
+        input_shape: Tuple of 3 integers, the `(height, width, channels)`
+            of the images, channels last; at least 17x17. Defaults to
+            `(32, 32, 1)`.
+        num_classes: Integer, the number of classes (class capsules).
+            Defaults to `5` (smallNORB).
+        A: Integer, the filters of Conv1. Defaults to `32`.
+        B: Integer, the primary capsule types. Defaults to `32`.
+        C: Integer, the capsule types of ConvCaps1. Defaults to `32`.
+        D: Integer, the capsule types of ConvCaps2. Defaults to `32`.
+        routing_iterations: Integer, the EM iterations of every routed
+            layer. Defaults to `3`.
+        coordinate_addition: Boolean, whether the class capsules add the
+            position of each input capsule to its votes. Defaults to
+            `True`.
+        weight_decay: Non-negative float, the official weight-decay
+            coefficient (see above); `0` for none. Defaults to `2e-7`.
+        **kwargs: Keyword arguments of `keras.Model`, such as `name`.
+
+    Call arguments:
+        inputs: Images of shape `(batch_size, height, width, channels)`.
+        training: Python boolean, whether the call is in training mode.
+
+    Returns:
+        Class activations of shape `(batch_size, num_classes)`.
+
+    Raises:
+        ValueError: If an argument is not of the documented type or range,
+            or if the images are smaller than 17x17.
+
+    Example:
+
+    ```python
+    import numpy as np
+    import keras_capsules
+
+    model = keras_capsules.models.MatrixCapsNet(
+        input_shape=(32, 32, 1), num_classes=5, A=64, B=8, C=16, D=16
+    )
+    model.compile()  # Adam 0.01 x0.96 / 20k steps, SpreadLoss, accuracy.
+    x = np.random.rand(8, 32, 32, 1).astype("float32")
+    y = np.eye(5, dtype="float32")[np.arange(8) % 5]
+    scheduler = keras_capsules.callbacks.SpreadMarginScheduler(
+        ramp_epochs=2, update_freq="epoch"
+    )
+    model.fit(x, y, epochs=2, batch_size=4, callbacks=[scheduler])
+    activations = model.predict(x)  # (8, 5)
+    poses, activations = model.class_capsules(x)  # (8, 5, 4, 4), (8, 5)
+    ```
+
+    Reference:
+        - [Hinton et al., 2018](https://openreview.net/forum?id=HJWLfGWRb)
+        - [Official TensorFlow code](https://github.com/google-research/
+          google-research/tree/master/capsule_em)
+    """
+
+    def __init__(
+        self,
+        input_shape=(32, 32, 1),
+        num_classes=5,
+        A=32,
+        B=32,
+        C=32,
+        D=32,
+        routing_iterations=3,
+        coordinate_addition=True,
+        weight_decay=2e-7,
+        **kwargs,
+    ):
+        input_shape = _check_input_shape(input_shape)
+        for name, value in (
+            ("num_classes", num_classes),
+            ("A", A),
+            ("B", B),
+            ("C", C),
+            ("D", D),
+            ("routing_iterations", routing_iterations),
+        ):
+            _check_positive_int(value, name)
+        if not isinstance(coordinate_addition, bool):
+            raise TypeError(
+                "Argument coordinate_addition must be a boolean. "
+                f"Received: coordinate_addition={coordinate_addition!r}"
+            )
+        if (
+            isinstance(weight_decay, bool)
+            or not isinstance(weight_decay, (int, float))
+            or not math.isfinite(weight_decay)
+            or weight_decay < 0
+        ):
+            raise ValueError(
+                "Argument weight_decay must be a finite non-negative "
+                f"number. Received: weight_decay={weight_decay!r}"
+            )
+        _check_geometry(input_shape)
+
+        # === Layers ===
+        # Held in locals until the functional model exists: the PyTorch
+        # backend cannot track sublayers assigned before `Model.__init__`.
+        # The official decay adds weight_decay * l2_loss(w), and l2_loss
+        # halves the sum of squares.
+        def regularizer():
+            if weight_decay == 0:
+                return None
+            return keras.regularizers.L2(weight_decay / 2)
+
+        conv1 = keras.layers.Conv2D(
+            A,
+            _CONV_KERNEL_SIZE,
+            strides=_CONV_STRIDES,
+            activation="relu",
+            kernel_regularizer=regularizer(),
+            name="conv1",
+        )
+        primary_caps = PrimaryMatrixCaps(
+            num_capsules=B,
+            pose_shape=(4, 4),
+            kernel_size=1,
+            kernel_regularizer=regularizer(),
+            name="primary_caps",
+        )
+        conv_caps1 = EMConvCaps(
+            num_capsules=C,
+            kernel_size=_CAPS_KERNEL_SIZE,
+            strides=_CAPS_STRIDES[0],
+            routing_iterations=routing_iterations,
+            kernel_regularizer=regularizer(),
+            name="conv_caps1",
+        )
+        conv_caps2 = EMConvCaps(
+            num_capsules=D,
+            kernel_size=_CAPS_KERNEL_SIZE,
+            strides=_CAPS_STRIDES[1],
+            routing_iterations=routing_iterations,
+            kernel_regularizer=regularizer(),
+            name="conv_caps2",
+        )
+        class_caps = EMClassCaps(
+            num_classes=num_classes,
+            routing_iterations=routing_iterations,
+            coordinate_addition=coordinate_addition,
+            kernel_regularizer=regularizer(),
+            name="class_caps",
+        )
+
+        # === Functional Model ===
+        images = keras.Input(shape=input_shape, name="images")
+        capsules = conv_caps2(conv_caps1(primary_caps(conv1(images))))
+        _, activations = class_caps(capsules)
+        super().__init__(inputs=images, outputs=activations, **kwargs)
+        self.conv1 = conv1
+        self.primary_caps = primary_caps
+        self.conv_caps1 = conv_caps1
+        self.conv_caps2 = conv_caps2
+        self.class_caps = class_caps
+        # A model variable, not a Python float: compiled TensorFlow and JAX
+        # steps read it on every step (on JAX, only variables the model
+        # tracks reach the step), and it is saved with the weights.
+        self.spread_margin = keras.Variable(
+            0.2, dtype="float32", trainable=False, name="spread_margin"
+        )
+
+        # === Config ===
+        self.num_classes = num_classes
+        self.A = A
+        self.B = B
+        self.C = C
+        self.D = D
+        self.routing_iterations = routing_iterations
+        self.coordinate_addition = coordinate_addition
+        self.weight_decay = weight_decay
+        # `input_shape` is a read-only property of functional models, equal
+        # to `(None,) + input_shape`, so the argument is kept under a
+        # private name.
+        self._image_shape = input_shape
+
+    def _encode(self, images, training=None):
+        features = self.conv1(images, training=training)
+        capsules = self.primary_caps(features, training=training)
+        capsules = self.conv_caps1(capsules, training=training)
+        capsules = self.conv_caps2(capsules, training=training)
+        return self.class_caps(capsules, training=training)
+
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        *,
+        metrics="auto",
+        **kwargs,
+    ):
+        """Configures the model for training, with the official defaults.
+
+        A `SpreadLoss`, whether the default or passed in, is wired to the
+        model's `spread_margin` variable: the variable takes the loss's
+        current margin and the loss then reads the variable, which is what
+        `SpreadMarginScheduler` assigns.
+
+        Args:
+            optimizer: An optimizer, or `"auto"` for Adam with
+                `keras.optimizers.schedules.ExponentialDecay(0.01,
+                decay_steps=20000, decay_rate=0.96)`. Defaults to `"auto"`.
+            loss: A loss on the class activations, or `"auto"` for
+                `keras_capsules.losses.SpreadLoss` reading
+                `self.spread_margin`. Defaults to `"auto"`.
+            metrics: A list of metrics, or `"auto"` for
+                `[keras.metrics.CategoricalAccuracy(name="accuracy")]`.
+                Defaults to `"auto"`.
+            **kwargs: Other arguments of `keras.Model.compile`, such as
+                `jit_compile`.
+        """
+        if isinstance(optimizer, str) and optimizer == "auto":
+            optimizer = keras.optimizers.Adam(
+                learning_rate=keras.optimizers.schedules.ExponentialDecay(
+                    _LEARNING_RATE,
+                    decay_steps=_DECAY_STEPS,
+                    decay_rate=_DECAY_RATE,
+                )
+            )
+        if isinstance(loss, str) and loss == "auto":
+            loss = SpreadLoss(margin=self.spread_margin)
+        elif isinstance(loss, SpreadLoss):
+            if loss.margin is not self.spread_margin:
+                self.spread_margin.assign(loss.margin.value)
+                loss.margin = self.spread_margin
+        if isinstance(metrics, str) and metrics == "auto":
+            metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
+        super().compile(
+            optimizer=optimizer, loss=loss, metrics=metrics, **kwargs
+        )
+
+    def compile_from_config(self, config):
+        # Keras skips recompiling models that override `compile`, so the
+        # saved optimizer, loss (with its margin) and metrics are restored
+        # here.
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def class_capsules(self, x, batch_size=None):
+        """Returns the pose matrices and activations of the class capsules.
+
+        Runs like `predict`, in compiled batches, on a model that shares
+        this model's layers and weights and also outputs the class poses.
+
+        Args:
+            x: Images of shape `(num_images, height, width, channels)`.
+            batch_size: Integer, the images per batch. Defaults to `None`,
+                which means 32 as in `predict`.
+
+        Returns:
+            A tuple `(poses, activations)` of NumPy arrays: poses of shape
+            `(num_images, num_classes, 4, 4)` and activations of shape
+            `(num_images, num_classes)`, the latter what `predict`
+            returns.
+        """
+        class_poses = self.class_caps.output[0]
+        capsule_model = keras.Model(
+            self.inputs, [class_poses, self.outputs[0]]
+        )
+        poses, activations = capsule_model.predict(
+            x, batch_size=batch_size, verbose=0
+        )
+        return poses, activations
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "input_shape": self._image_shape,
+            "num_classes": self.num_classes,
+            "A": self.A,
+            "B": self.B,
+            "C": self.C,
+            "D": self.D,
+            "routing_iterations": self.routing_iterations,
+            "coordinate_addition": self.coordinate_addition,
+            "weight_decay": self.weight_decay,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

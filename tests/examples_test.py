@@ -1,0 +1,46 @@
+"""Runs every script in `examples/` with `--smoke` on the current backend."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+from absl.testing import parameterized
+
+from keras_capsules.testing import TestCase
+
+_EXAMPLES_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"
+)
+_SCRIPTS = sorted(glob.glob(os.path.join(_EXAMPLES_DIR, "*.py")))
+
+
+@pytest.mark.large
+class ExamplesTest(TestCase):
+    def test_examples_are_found(self):
+        self.assertIn(
+            "capsnet_mnist.py", [os.path.basename(s) for s in _SCRIPTS]
+        )
+
+    @parameterized.named_parameters(
+        (os.path.splitext(os.path.basename(script))[0], script)
+        for script in _SCRIPTS
+    )
+    def test_smoke(self, script):
+        # A fresh interpreter per script, run from a temporary folder so
+        # that default output paths land there; the backend is inherited.
+        result = subprocess.run(
+            [sys.executable, script, "--smoke"],
+            cwd=self.get_temp_dir(),
+            env=dict(os.environ, MPLBACKEND="Agg"),
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        self.assertEqual(
+            result.returncode,
+            0,
+            f"{os.path.basename(script)} --smoke failed:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}",
+        )

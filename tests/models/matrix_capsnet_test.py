@@ -1,0 +1,237 @@
+import os
+
+import keras
+import numpy as np
+import pytest
+from absl.testing import parameterized
+
+from keras_capsules.callbacks import SpreadMarginScheduler
+from keras_capsules.layers import EMClassCaps
+from keras_capsules.layers import EMConvCaps
+from keras_capsules.layers import PrimaryMatrixCaps
+from keras_capsules.losses import SpreadLoss
+from keras_capsules.models import MatrixCapsNet
+from keras_capsules.testing import TestCase
+
+# One tiny configuration everywhere: on JAX every new weight shape costs an
+# XLA compilation of its initializer.
+_TINY = {
+    "input_shape": (24, 24, 1),
+    "num_classes": 5,
+    "A": 8,
+    "B": 4,
+    "C": 4,
+    "D": 4,
+    "routing_iterations": 1,
+}
+
+
+def _data(batch=8, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.0, 1.0, size=(batch,) + _TINY["input_shape"])
+    y = np.eye(5, dtype="float32")[np.arange(batch) % 5]
+    return x.astype("float32"), y
+
+
+def _numpy_spread_loss(y_true, y_pred, margin):
+    """Eq. 3 of Hinton et al. (2018), summed over the wrong classes."""
+    target = (y_true * y_pred).sum(-1, keepdims=True)
+    hinge = np.maximum(0.0, margin - (target - y_pred)) ** 2
+    return ((1 - y_true) * hinge).sum(-1)
+
+
+class MatrixCapsNetTest(TestCase):
+    def test_parameter_counts_match_the_paper(self):
+        paper = MatrixCapsNet()
+        trainable = sum(int(np.prod(w.shape)) for w in paper.trainable_weights)
+        # Conv1 832 + PrimaryCaps 17,952 + 2 x ConvCaps 147,520 +
+        # ClassCaps 2,570; "310K" in the paper.
+        self.assertEqual(trainable, 316_394)
+        self.assertBetween(paper.count_params(), 310_000, 317_000)
+        small = MatrixCapsNet(A=64, B=8, C=16, D=16)
+        # "68K" in the paper.
+        self.assertEqual(
+            sum(int(np.prod(w.shape)) for w in small.trainable_weights),
+            67_154,
+        )
+
+    def test_architecture(self):
+        model = MatrixCapsNet(**_TINY)
+        self.assertEqual(
+            [type(layer) for layer in model.layers[1:]],
+            [keras.layers.Conv2D, PrimaryMatrixCaps, EMConvCaps, EMConvCaps,
+             EMClassCaps],
+        )
+        self.assertEqual(model.conv1.strides, (2, 2))
+        self.assertEqual(model.conv_caps1.strides, (2, 2))
+        self.assertEqual(model.conv_caps2.strides, (1, 1))
+        self.assertTrue(model.class_caps.coordinate_addition)
+        self.assertEqual(tuple(model.output.shape), (None, 5))
+        self.assertEqual(
+            tuple(model.conv_caps2.output[0].shape), (None, 2, 2, 4, 4, 4)
+        )
+
+    def test_predict_and_class_capsules(self):
+        model = MatrixCapsNet(**_TINY)
+        x, _ = _data(3)
+        activations = model.predict(x, verbose=0)
+        self.assertEqual(activations.shape, (3, 5))
+        self.assertAllFinite(activations)
+        self.assertTrue(np.all((activations >= 0) & (activations <= 1)))
+        poses, class_activations = model.class_capsules(x)
+        self.assertEqual(poses.shape, (3, 5, 4, 4))
+        self.assertAllFinite(poses)
+        self.assertAllClose(class_activations, activations, atol=1e-6)
+
+    def test_compile_defaults_are_the_official_setting(self):
+        model = MatrixCapsNet(**_TINY)
+        model.compile()
+        self.assertIsInstance(model.optimizer, keras.optimizers.Adam)
+        schedule = model.optimizer.get_config()["learning_rate"]
+        self.assertEqual(schedule["class_name"], "ExponentialDecay")
+        config = schedule["config"]
+        self.assertAlmostEqual(config["initial_learning_rate"], 0.01)
+        self.assertEqual(config["decay_steps"], 20000)
+        self.assertAlmostEqual(config["decay_rate"], 0.96)
+        self.assertFalse(config["staircase"])
+        self.assertAllClose(model.optimizer.learning_rate, 0.01)
+        self.assertIsInstance(model.loss, SpreadLoss)
+        self.assertIs(model.loss.margin, model.spread_margin)
+        self.assertTrue(
+            any(v is model.spread_margin
+                for v in model.non_trainable_variables)
+        )
+
+    def test_compile_wires_a_given_spread_loss(self):
+        model = MatrixCapsNet(**_TINY)
+        loss = SpreadLoss(margin=0.5)
+        model.compile(loss=loss)
+        self.assertIs(loss.margin, model.spread_margin)
+        self.assertAllClose(model.spread_margin, 0.5)
+
+    def test_weight_decay_is_the_official_l2_loss(self):
+        model = MatrixCapsNet(weight_decay=2e-7, **_TINY)
+        kernels = [
+            w for w in model.trainable_weights if "kernel" in w.path
+        ]
+        self.assertLen(kernels, 6)
+        # weight_decay * l2_loss(w), with l2_loss(w) = sum(w^2) / 2.
+        expected = sum(
+            2e-7 * np.sum(np.square(keras.ops.convert_to_numpy(w))) / 2
+            for w in kernels
+        )
+        total = sum(
+            float(keras.ops.convert_to_numpy(loss)) for loss in model.losses
+        )
+        self.assertAllClose(total, expected, rtol=1e-5)
+        self.assertEmpty(MatrixCapsNet(weight_decay=0, **_TINY).losses)
+
+    def test_fit_reads_the_margin_and_saves(self):
+        model = MatrixCapsNet(**_TINY)
+        model.compile()
+        x, y = _data()
+        activations = model.predict(x, verbose=0).astype("float64")
+        weight_decay = sum(
+            float(keras.ops.convert_to_numpy(loss)) for loss in model.losses
+        )
+        scheduler = SpreadMarginScheduler(
+            initial_margin=0.5, ramp_epochs=1, update_freq="epoch"
+        )
+        # One step per epoch: the first loss is computed with the initial
+        # weights, so it is a known function of the margin the compiled
+        # step read (0.5 from the scheduler, not the variable's 0.2).
+        history = model.fit(
+            x, y, batch_size=len(x), epochs=2, callbacks=[scheduler],
+            verbose=0,
+        )
+        self.assertAllClose(
+            history.history["loss"][0],
+            _numpy_spread_loss(y, activations, 0.5).mean() + weight_decay,
+            atol=1e-5,
+        )
+        self.assertTrue(np.all(np.isfinite(history.history["loss"])))
+        self.assertAllClose(
+            np.array(history.history["spread_margin"]),
+            np.array([0.5, 0.9]),
+        )
+        self.assertIn("accuracy", history.history)
+
+        loaded = self.run_model_saving_test(
+            model, x, layer_cls=EMClassCaps
+        )
+        self.assertAllClose(loaded.spread_margin, 0.9)
+        self.assertIsInstance(loaded.loss, SpreadLoss)
+        self.assertIs(loaded.loss.margin, loaded.spread_margin)
+        self.assertIsInstance(loaded.optimizer, keras.optimizers.Adam)
+        self.assertEqual(
+            int(keras.ops.convert_to_numpy(loaded.optimizer.iterations)), 2
+        )
+
+    def test_config_round_trip(self):
+        kwargs = dict(_TINY, coordinate_addition=False, weight_decay=1e-6)
+        model = MatrixCapsNet(name="matrix", **kwargs)
+        config = model.get_config()
+        for key, value in kwargs.items():
+            self.assertEqual(config[key], value)
+        revived = MatrixCapsNet.from_config(config)
+        self.assertIsInstance(revived, MatrixCapsNet)
+        self.assertEqual(revived.get_config(), config)
+        self.assertFalse(revived.class_caps.coordinate_addition)
+        deserialized = keras.saving.deserialize_keras_object(
+            keras.saving.serialize_keras_object(model)
+        )
+        self.assertIsInstance(deserialized, MatrixCapsNet)
+
+    @parameterized.named_parameters(
+        ("float16", "mixed_float16"), ("bfloat16", "mixed_bfloat16")
+    )
+    def test_mixed_precision_predict_is_finite(self, policy):
+        keras.config.set_dtype_policy(policy)
+        self.addCleanup(keras.config.set_dtype_policy, "float32")
+        model = MatrixCapsNet(**_TINY)
+        x, _ = _data(2)
+        activations = model.predict(x * 1e4, verbose=0)
+        self.assertAllFinite(activations)
+        self.assertEqual(
+            keras.backend.standardize_dtype(model.spread_margin.dtype),
+            "float32",
+        )
+
+    @parameterized.named_parameters(
+        ("small_images", {"input_shape": (16, 16, 1)}, ValueError,
+         r"at least 17.*Received: input_shape=\(16, 16, 1\)"),
+        ("input_rank", {"input_shape": (32, 32)}, ValueError,
+         r"Received: input_shape=\(32, 32\)"),
+        ("channels", {"A": 0}, ValueError, "Received: A=0"),
+        ("classes", {"num_classes": 1.5}, ValueError,
+         "Received: num_classes=1.5"),
+        ("iterations", {"routing_iterations": 0}, ValueError,
+         "Received: routing_iterations=0"),
+        ("coordinates", {"coordinate_addition": "yes"}, TypeError,
+         "Received: coordinate_addition='yes'"),
+        ("weight_decay", {"weight_decay": -1.0}, ValueError,
+         "Received: weight_decay=-1.0"),
+    )
+    def test_rejects_bad_arguments(self, kwargs, error, pattern):
+        with self.assertRaisesRegex(error, pattern):
+            MatrixCapsNet(**kwargs)
+
+    def test_smallest_images(self):
+        model = MatrixCapsNet(
+            **dict(_TINY, input_shape=(17, 17, 2))
+        )
+        self.assertEqual(tuple(model.conv_caps2.output[1].shape),
+                         (None, 1, 1, 4))
+
+    @pytest.mark.large
+    def test_fit_with_xla(self):
+        model = MatrixCapsNet(**_TINY)
+        model.compile(jit_compile=keras.backend.backend() != "torch")
+        x, y = _data()
+        history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+        self.assertTrue(np.isfinite(history.history["loss"][0]))
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        model.save(path)
+        loaded = keras.models.load_model(path)
+        self.assertAllClose(loaded.predict(x, verbose=0),
+                            model.predict(x, verbose=0), atol=1e-5)
