@@ -1,5 +1,6 @@
 """Public ops of keras_capsules."""
 
+from keras_capsules.ops.conv import conv2d
 from keras_capsules.ops.patches import add_coordinates
 from keras_capsules.ops.patches import coordinate_grid
 from keras_capsules.ops.patches import extract_capsule_patches

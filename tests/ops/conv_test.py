@@ -1,0 +1,45 @@
+import numpy as np
+from absl.testing import parameterized
+
+import keras_capsules
+from keras_capsules.testing import TestCase
+
+
+def numpy_conv2d(x, kernel, strides, padding):
+    """Direct definition: out[o] = sum_t x[s * o + t] w[t] (valid)."""
+    kh, kw = kernel.shape[:2]
+    sh, sw = strides
+    if padding == "same":
+        pads = []
+        for size, k, s in zip(x.shape[1:3], (kh, kw), strides):
+            total = max((-(-size // s) - 1) * s + k - size, 0)
+            pads.append((total // 2, total - total // 2))
+        x = np.pad(x, [(0, 0), pads[0], pads[1], (0, 0)])
+    out_h = (x.shape[1] - kh) // sh + 1
+    out_w = (x.shape[2] - kw) // sw + 1
+    out = np.zeros((x.shape[0], out_h, out_w, kernel.shape[-1]))
+    for i in range(out_h):
+        for j in range(out_w):
+            patch = x[:, i * sh : i * sh + kh, j * sw : j * sw + kw, :]
+            out[:, i, j] = np.einsum("bhwc,hwcf->bf", patch, kernel)
+    return out
+
+
+class Conv2DTest(TestCase):
+    @parameterized.named_parameters(
+        ("k9_s2_valid", (2, 20, 20, 3), 9, (2, 2), "valid"),
+        ("k3_s2_odd_valid", (1, 7, 9, 2), 3, (2, 2), "valid"),
+        ("k3_s3_valid", (1, 5, 5, 2), 3, (3, 3), "valid"),
+        ("k4_s2_same", (1, 7, 6, 2), 4, (2, 2), "same"),
+        ("k3_s1x2_same", (1, 5, 6, 2), 3, (1, 2), "same"),
+        ("k3_s1_valid", (1, 5, 5, 2), 3, (1, 1), "valid"),
+    )
+    def test_matches_numpy_reference(self, shape, k, strides, padding):
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(shape).astype("float32")
+        kernel = rng.standard_normal((k, k, shape[-1], 4)).astype("float32")
+        got = keras_capsules.ops.conv2d(x, kernel, strides, padding)
+        self.assertAllClose(
+            got, numpy_conv2d(x, kernel, strides, padding), atol=1e-4,
+            rtol=1e-4,
+        )
