@@ -154,6 +154,30 @@ def check_original_files(function_name, manual_dir, sizes, hint=""):
         )
 
 
+def prepare_and_load(tfds, name, builder, manual_dir, **load_kwargs):
+    """Builds dataset `name` offline from `manual_dir`, then loads it.
+
+    Never downloads: TFDS takes the original files from `manual_dir`
+    (check them first with `check_original_files`) and stores the prepared
+    dataset in the builder's data directory for later calls.
+    """
+    config = tfds.download.DownloadConfig(
+        manual_dir=os.fspath(manual_dir),
+        # TFDS reuses extractions by file name, so every dataset gets its
+        # own extraction folder.
+        extract_dir=os.path.join(
+            builder.data_dir_root, "downloads", "extracted", name
+        ),
+        try_download_gcs=False,
+    )
+    return tfds.load(
+        name,
+        download=True,
+        download_and_prepare_kwargs={"download_config": config},
+        **load_kwargs,
+    )
+
+
 def element_seeds(tf, seed):
     """Returns an infinite dataset of stateless-op seeds of shape `(2,)`.
 

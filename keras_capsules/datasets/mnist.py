@@ -299,20 +299,8 @@ def _load_tfds(tfds, split, manual_dir, data_dir, seed, shuffle_files):
     builder = tfds.builder("mnist", data_dir=data_dir)
     if manual_dir is not None and not builder.is_prepared():
         _common.check_original_files(fn, manual_dir, _ORIGINAL_SIZES)
-        config = tfds.download.DownloadConfig(
-            manual_dir=os.fspath(manual_dir),
-            # TFDS reuses extractions by file name, so every dataset gets its
-            # own extraction folder.
-            extract_dir=os.path.join(
-                builder.data_dir_root, "downloads", "extracted", "mnist"
-            ),
-            try_download_gcs=False,
-        )
-        return tfds.load(
-            "mnist",
-            download=True,
-            download_and_prepare_kwargs={"download_config": config},
-            **kwargs,
+        return _common.prepare_and_load(
+            tfds, "mnist", builder, manual_dir, **kwargs
         )
     try:
         return tfds.load("mnist", download=False, **kwargs)

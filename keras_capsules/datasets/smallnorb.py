@@ -418,20 +418,8 @@ def _load_tfds(tf, tfds, split, manual_dir, data_dir, seed, shuffle_buffer):
             hint=" Use source='files' to read other files in the NORB "
             "format directly.",
         )
-        config = tfds.download.DownloadConfig(
-            manual_dir=os.fspath(manual_dir),
-            # TFDS reuses extractions by file name, so every dataset gets its
-            # own extraction folder.
-            extract_dir=os.path.join(
-                builder.data_dir_root, "downloads", "extracted", "smallnorb"
-            ),
-            try_download_gcs=False,
-        )
-        dataset = tfds.load(
-            "smallnorb",
-            download=True,
-            download_and_prepare_kwargs={"download_config": config},
-            **kwargs,
+        dataset = _common.prepare_and_load(
+            tfds, "smallnorb", builder, manual_dir, **kwargs
         )
     else:
         try:

@@ -3,10 +3,11 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.primary_caps import _check_padding
-from keras_capsules.layers.primary_caps import _check_pair
-from keras_capsules.layers.primary_caps import _check_positive_int
-from keras_capsules.layers.primary_caps import _conv_output_size
+from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import conv_output_size
+from keras_capsules._validation import normalize_padding
+from keras_capsules._validation import normalize_pair
+from keras_capsules._validation import serialize_objects
 from keras_capsules.ops.routing import dynamic_routing
 
 
@@ -112,12 +113,12 @@ class ConvCaps(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_capsules = _check_positive_int(num_capsules, "num_capsules")
-        self.capsule_dim = _check_positive_int(capsule_dim, "capsule_dim")
-        self.kernel_size = _check_pair(kernel_size, "kernel_size")
-        self.strides = _check_pair(strides, "strides")
-        self.padding = _check_padding(padding)
-        self.routing_iterations = _check_positive_int(
+        self.num_capsules = check_positive_int(num_capsules, "num_capsules")
+        self.capsule_dim = check_positive_int(capsule_dim, "capsule_dim")
+        self.kernel_size = normalize_pair(kernel_size, "kernel_size")
+        self.strides = normalize_pair(strides, "strides")
+        self.padding = normalize_padding(padding)
+        self.routing_iterations = check_positive_int(
             routing_iterations, "routing_iterations"
         )
         self.use_bias = use_bias
@@ -204,7 +205,7 @@ class ConvCaps(keras.layers.Layer):
                 f"dim_in) with caps_in and dim_in defined for "
                 f"{type(self).__name__}. Received: input_shape={input_shape}"
             )
-        out_height, out_width = _conv_output_size(
+        out_height, out_width = conv_output_size(
             input_shape[1:3],
             self.kernel_size,
             self.strides,
@@ -232,23 +233,14 @@ class ConvCaps(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "leaky_routing": self.leaky_routing,
                 "stop_gradient": self.stop_gradient,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(
-                    self.bias_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(
-                    self.bias_constraint
+                **serialize_objects(
+                    self,
+                    "kernel_initializer",
+                    "bias_initializer",
+                    "kernel_regularizer",
+                    "bias_regularizer",
+                    "kernel_constraint",
+                    "bias_constraint",
                 ),
             }
         )

@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.primary_caps import _check_positive_int
+from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import serialize_objects
 from keras_capsules.ops.routing import dynamic_routing
 
 
@@ -102,9 +103,9 @@ class DenseCaps(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_capsules = _check_positive_int(num_capsules, "num_capsules")
-        self.capsule_dim = _check_positive_int(capsule_dim, "capsule_dim")
-        self.routing_iterations = _check_positive_int(
+        self.num_capsules = check_positive_int(num_capsules, "num_capsules")
+        self.capsule_dim = check_positive_int(capsule_dim, "capsule_dim")
+        self.routing_iterations = check_positive_int(
             routing_iterations, "routing_iterations"
         )
         self.use_bias = use_bias
@@ -175,23 +176,14 @@ class DenseCaps(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "leaky_routing": self.leaky_routing,
                 "stop_gradient": self.stop_gradient,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(
-                    self.bias_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(
-                    self.bias_constraint
+                **serialize_objects(
+                    self,
+                    "kernel_initializer",
+                    "bias_initializer",
+                    "kernel_regularizer",
+                    "bias_regularizer",
+                    "kernel_constraint",
+                    "bias_constraint",
                 ),
             }
         )

@@ -3,13 +3,14 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.em_conv_caps import _check_capsule_input_shape
-from keras_capsules.layers.em_conv_caps import _check_positive_float
-from keras_capsules.layers.em_conv_caps import _check_routing_mode
+from keras_capsules._validation import check_matrix_capsules_shape
+from keras_capsules._validation import check_option
+from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import check_positive_number
+from keras_capsules._validation import serialize_objects
 from keras_capsules.ops.patches import _PLACEMENTS
-from keras_capsules.ops.patches import _check_coordinate_scale
-from keras_capsules.ops.patches import _check_positive_int
 from keras_capsules.ops.patches import add_coordinates
+from keras_capsules.ops.routing import _EM_MODES
 from keras_capsules.ops.routing import em_routing
 
 
@@ -132,8 +133,8 @@ class EMClassCaps(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_classes = _check_positive_int(num_classes, "num_classes")
-        self.routing_iterations = _check_positive_int(
+        self.num_classes = check_positive_int(num_classes, "num_classes")
+        self.routing_iterations = check_positive_int(
             routing_iterations, "routing_iterations"
         )
         if not isinstance(coordinate_addition, bool):
@@ -142,18 +143,18 @@ class EMClassCaps(keras.layers.Layer):
                 f"Received: coordinate_addition={coordinate_addition}"
             )
         self.coordinate_addition = coordinate_addition
-        if coordinate_placement not in _PLACEMENTS:
-            raise ValueError(
-                'Argument coordinate_placement must be "official" or '
-                f'"paper". Received: coordinate_placement='
-                f"{coordinate_placement}"
-            )
-        self.coordinate_placement = coordinate_placement
-        self.coordinate_scale = _check_coordinate_scale(coordinate_scale)
-        self.final_lambda = _check_positive_float(final_lambda, "final_lambda")
-        self.lambda_scale = _check_positive_float(lambda_scale, "lambda_scale")
-        self.min_variance = _check_positive_float(min_variance, "min_variance")
-        self.routing_mode = _check_routing_mode(routing_mode)
+        self.coordinate_placement = check_option(
+            coordinate_placement, "coordinate_placement", _PLACEMENTS
+        )
+        self.coordinate_scale = check_positive_number(
+            coordinate_scale, "coordinate_scale", allow_none=True
+        )
+        self.final_lambda = check_positive_number(final_lambda, "final_lambda")
+        self.lambda_scale = check_positive_number(lambda_scale, "lambda_scale")
+        self.min_variance = check_positive_number(min_variance, "min_variance")
+        self.routing_mode = check_option(
+            routing_mode, "routing_mode", _EM_MODES
+        )
         # Fresh instances per layer: an unseeded initializer draws its seed
         # once, so a shared default object would repeat its values.
         if kernel_initializer is None:
@@ -224,7 +225,9 @@ class EMClassCaps(keras.layers.Layer):
         return [class_poses, class_activations]
 
     def compute_output_shape(self, input_shape):
-        pose_shape, _ = _check_capsule_input_shape(input_shape, "EMClassCaps")
+        pose_shape, _ = check_matrix_capsules_shape(
+            input_shape, "EMClassCaps"
+        )
         batch, pose_size = pose_shape[0], pose_shape[4]
         if self.coordinate_addition and pose_size < 2:
             raise ValueError(
@@ -250,20 +253,13 @@ class EMClassCaps(keras.layers.Layer):
                 "lambda_scale": self.lambda_scale,
                 "min_variance": self.min_variance,
                 "routing_mode": self.routing_mode,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "beta_v_initializer": keras.initializers.serialize(
-                    self.beta_v_initializer
-                ),
-                "beta_a_initializer": keras.initializers.serialize(
-                    self.beta_a_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
+                **serialize_objects(
+                    self,
+                    "kernel_initializer",
+                    "beta_v_initializer",
+                    "beta_a_initializer",
+                    "kernel_regularizer",
+                    "kernel_constraint",
                 ),
             }
         )

@@ -1,17 +1,19 @@
 """The EMConvCaps layer: convolutional matrix capsules with EM routing."""
 
 import keras
-import numpy as np
 from keras import ops
 
-from keras_capsules.ops.patches import _check_positive_int
-from keras_capsules.ops.patches import _normalize_padding
-from keras_capsules.ops.patches import _normalize_pair
-from keras_capsules.ops.patches import _patch_geometry
+from keras_capsules._validation import check_matrix_capsules_shape
+from keras_capsules._validation import check_option
+from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import check_positive_number
+from keras_capsules._validation import normalize_padding
+from keras_capsules._validation import normalize_pair
+from keras_capsules._validation import patch_geometry
+from keras_capsules._validation import serialize_objects
 from keras_capsules.ops.patches import extract_capsule_patches
+from keras_capsules.ops.routing import _EM_MODES
 from keras_capsules.ops.routing import em_conv_routing
-
-_ROUTING_MODES = ("official", "paper")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -130,16 +132,18 @@ class EMConvCaps(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_capsules = _check_positive_int(num_capsules, "num_capsules")
-        self.kernel_size = _normalize_pair(kernel_size, "kernel_size")
-        self.strides = _normalize_pair(strides, "strides")
-        self.routing_iterations = _check_positive_int(
+        self.num_capsules = check_positive_int(num_capsules, "num_capsules")
+        self.kernel_size = normalize_pair(kernel_size, "kernel_size")
+        self.strides = normalize_pair(strides, "strides")
+        self.routing_iterations = check_positive_int(
             routing_iterations, "routing_iterations"
         )
-        self.padding = _normalize_padding(padding)
-        self.final_lambda = _check_positive_float(final_lambda, "final_lambda")
-        self.min_variance = _check_positive_float(min_variance, "min_variance")
-        self.routing_mode = _check_routing_mode(routing_mode)
+        self.padding = normalize_padding(padding)
+        self.final_lambda = check_positive_number(final_lambda, "final_lambda")
+        self.min_variance = check_positive_number(min_variance, "min_variance")
+        self.routing_mode = check_option(
+            routing_mode, "routing_mode", _EM_MODES
+        )
         # Fresh instances per layer: an unseeded initializer draws its seed
         # once, so a shared default object would repeat its values.
         if kernel_initializer is None:
@@ -222,9 +226,9 @@ class EMConvCaps(keras.layers.Layer):
         return [out_poses, out_activations]
 
     def compute_output_shape(self, input_shape):
-        pose_shape, _ = _check_capsule_input_shape(input_shape, "EMConvCaps")
+        pose_shape, _ = check_matrix_capsules_shape(input_shape, "EMConvCaps")
         batch, height, width, _, pose_size, _ = pose_shape
-        (out_h, out_w), _ = _patch_geometry(
+        (out_h, out_w), _ = patch_geometry(
             (height, width), self.kernel_size, self.strides, self.padding
         )
         return [
@@ -244,79 +248,14 @@ class EMConvCaps(keras.layers.Layer):
                 "final_lambda": self.final_lambda,
                 "min_variance": self.min_variance,
                 "routing_mode": self.routing_mode,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "beta_v_initializer": keras.initializers.serialize(
-                    self.beta_v_initializer
-                ),
-                "beta_a_initializer": keras.initializers.serialize(
-                    self.beta_a_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
+                **serialize_objects(
+                    self,
+                    "kernel_initializer",
+                    "beta_v_initializer",
+                    "beta_a_initializer",
+                    "kernel_regularizer",
+                    "kernel_constraint",
                 ),
             }
         )
         return config
-
-
-# Private helpers shared with EMClassCaps.
-
-
-def _check_positive_float(value, name):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not value > 0
-    ):
-        raise ValueError(
-            f"Argument {name} must be a positive number. "
-            f"Received: {name}={value}"
-        )
-    return float(value)
-
-
-def _check_routing_mode(routing_mode):
-    if routing_mode not in _ROUTING_MODES:
-        raise ValueError(
-            'Argument routing_mode must be "official" or "paper". '
-            f"Received: routing_mode={routing_mode}"
-        )
-    return routing_mode
-
-
-def _check_capsule_input_shape(input_shape, owner):
-    """Validates `[poses, activations]` shapes; returns them as tuples."""
-    expected = (
-        f"{owner} expects a list [poses, activations] with poses of shape "
-        "(batch, height, width, capsules, pose_size, pose_size) and "
-        "activations of shape (batch, height, width, capsules), with static "
-        "height, width, capsules and pose_size. "
-    )
-    if (
-        not isinstance(input_shape, (list, tuple))
-        or len(input_shape) != 2
-        or not all(isinstance(s, (list, tuple)) for s in input_shape)
-    ):
-        raise ValueError(expected + f"Received: input_shape={input_shape}")
-    pose_shape = tuple(input_shape[0])
-    activation_shape = tuple(input_shape[1])
-    if (
-        len(pose_shape) != 6
-        or len(activation_shape) != 4
-        or any(d is None for d in pose_shape[1:])
-        or activation_shape[1:] != pose_shape[1:4]
-        or None not in (pose_shape[0], activation_shape[0])
-        and pose_shape[0] != activation_shape[0]
-    ):
-        raise ValueError(expected + f"Received: input_shape={input_shape}")
-    if pose_shape[4] != pose_shape[5]:
-        raise ValueError(
-            f"{owner} expects square pose matrices, such as 4x4. "
-            f"Received: input_shape={input_shape}"
-        )
-    return pose_shape, activation_shape

@@ -3,6 +3,11 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import conv_output_size
+from keras_capsules._validation import normalize_padding
+from keras_capsules._validation import normalize_pair
+from keras_capsules._validation import serialize_objects
 from keras_capsules.ops.squash import squash
 
 
@@ -88,11 +93,11 @@ class PrimaryCaps(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_capsules = _check_positive_int(num_capsules, "num_capsules")
-        self.capsule_dim = _check_positive_int(capsule_dim, "capsule_dim")
-        self.kernel_size = _check_pair(kernel_size, "kernel_size")
-        self.strides = _check_pair(strides, "strides")
-        self.padding = _check_padding(padding)
+        self.num_capsules = check_positive_int(num_capsules, "num_capsules")
+        self.capsule_dim = check_positive_int(capsule_dim, "capsule_dim")
+        self.kernel_size = normalize_pair(kernel_size, "kernel_size")
+        self.strides = normalize_pair(strides, "strides")
+        self.padding = normalize_padding(padding)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -151,7 +156,7 @@ class PrimaryCaps(keras.layers.Layer):
                 f"{type(self).__name__} must be defined. "
                 f"Received: input_shape={input_shape}"
             )
-        out_height, out_width = _conv_output_size(
+        out_height, out_width = conv_output_size(
             input_shape[1:3],
             self.kernel_size,
             self.strides,
@@ -173,84 +178,15 @@ class PrimaryCaps(keras.layers.Layer):
                 "kernel_size": self.kernel_size,
                 "strides": self.strides,
                 "padding": self.padding,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(
-                    self.bias_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(
-                    self.bias_constraint
+                **serialize_objects(
+                    self,
+                    "kernel_initializer",
+                    "bias_initializer",
+                    "kernel_regularizer",
+                    "bias_regularizer",
+                    "kernel_constraint",
+                    "bias_constraint",
                 ),
             }
         )
         return config
-
-
-# Argument checks and output-size arithmetic shared with ConvCaps and
-# DenseCaps; private, so kept beside their first user rather than exported.
-
-
-def _check_positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"Argument {name} must be a positive integer. "
-            f"Received: {name}={value}"
-        )
-    return value
-
-
-def _check_pair(value, name):
-    pair = (value, value) if isinstance(value, int) else value
-    if (
-        not isinstance(pair, (tuple, list))
-        or len(pair) != 2
-        or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in pair
-        )
-    ):
-        raise ValueError(
-            f"Argument {name} must be a positive integer or a tuple of 2 "
-            f"positive integers. Received: {name}={value}"
-        )
-    return tuple(pair)
-
-
-def _check_padding(padding):
-    if not isinstance(padding, str) or padding.lower() not in (
-        "valid",
-        "same",
-    ):
-        raise ValueError(
-            'Argument padding must be "valid" or "same". '
-            f"Received: padding={padding}"
-        )
-    return padding.lower()
-
-
-def _conv_output_size(spatial_shape, kernel_size, strides, padding, owner):
-    sizes = []
-    for size, kernel, stride in zip(spatial_shape, kernel_size, strides):
-        if size is None:
-            sizes.append(None)
-        elif padding == "same":
-            sizes.append(-(-size // stride))
-        else:
-            sizes.append(max(size - kernel, -1) // stride + 1)
-    if any(size == 0 for size in sizes):
-        raise ValueError(
-            f"The kernel_size of {owner} leaves no output positions on an "
-            f"input of height and width {tuple(spatial_shape)} with "
-            'padding="valid". Use a smaller kernel_size or padding="same". '
-            f"Received: kernel_size={kernel_size}"
-        )
-    return tuple(sizes)

@@ -3,9 +3,11 @@
 import keras
 from keras import ops
 
-from keras_capsules.ops.patches import _check_positive_int
-from keras_capsules.ops.patches import _normalize_padding
-from keras_capsules.ops.patches import _normalize_pair
+from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import conv_output_size
+from keras_capsules._validation import normalize_padding
+from keras_capsules._validation import normalize_pair
+from keras_capsules._validation import serialize_objects
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -116,11 +118,11 @@ class PrimaryMatrixCaps(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_capsules = _check_positive_int(num_capsules, "num_capsules")
+        self.num_capsules = check_positive_int(num_capsules, "num_capsules")
         self.pose_shape = _check_pose_shape(pose_shape)
-        self.kernel_size = _normalize_pair(kernel_size, "kernel_size")
-        self.strides = _normalize_pair(strides, "strides")
-        self.padding = _normalize_padding(padding)
+        self.kernel_size = normalize_pair(kernel_size, "kernel_size")
+        self.strides = normalize_pair(strides, "strides")
+        self.padding = normalize_padding(padding)
         self.use_bias = bool(use_bias)
         if activation_bias_initializer is None:
             activation_bias_initializer = keras.initializers.Constant(-1.0)
@@ -206,20 +208,13 @@ class PrimaryMatrixCaps(keras.layers.Layer):
                 "width, channels) with a defined channels dimension. "
                 f"Received: input_shape={input_shape}"
             )
-        out = [
-            _output_size(size, kernel, stride, self.padding)
-            for size, kernel, stride in zip(
-                input_shape[1:3], self.kernel_size, self.strides
-            )
-        ]
-        if 0 in out:
-            raise ValueError(
-                "The kernel_size of PrimaryMatrixCaps leaves no output "
-                f"positions on an input of height and width "
-                f'{input_shape[1:3]} with padding="valid". Use a smaller '
-                'kernel_size or padding="same". '
-                f"Received: kernel_size={self.kernel_size}"
-            )
+        out = conv_output_size(
+            input_shape[1:3],
+            self.kernel_size,
+            self.strides,
+            self.padding,
+            "PrimaryMatrixCaps",
+        )
         batch = input_shape[0]
         return [
             (batch, out[0], out[1], self.num_capsules) + self.pose_shape,
@@ -236,29 +231,16 @@ class PrimaryMatrixCaps(keras.layers.Layer):
                 "strides": self.strides,
                 "padding": self.padding,
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "activation_initializer": keras.initializers.serialize(
-                    self.activation_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
-                "activation_bias_initializer": keras.initializers.serialize(
-                    self.activation_bias_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(
-                    self.bias_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(
-                    self.bias_constraint
+                **serialize_objects(
+                    self,
+                    "kernel_initializer",
+                    "activation_initializer",
+                    "bias_initializer",
+                    "activation_bias_initializer",
+                    "kernel_regularizer",
+                    "bias_regularizer",
+                    "kernel_constraint",
+                    "bias_constraint",
                 ),
             }
         )
@@ -281,11 +263,3 @@ def _check_pose_shape(pose_shape):
             f"Received: pose_shape={pose_shape}"
         )
     return (int(pose_shape[0]), int(pose_shape[1]))
-
-
-def _output_size(size, kernel, stride, padding):
-    if size is None:
-        return None
-    if padding == "same":
-        return -(-size // stride)
-    return max(size - kernel, -1) // stride + 1

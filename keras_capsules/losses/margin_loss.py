@@ -3,7 +3,9 @@
 import keras
 from keras import ops
 
-_CLASS_REDUCTIONS = ("sum", "mean")
+from keras_capsules.losses._common import check_reduction_over_classes
+from keras_capsules.losses._common import prepare_inputs
+from keras_capsules.losses._common import reduce_over_classes
 
 
 def _validate_hyperparameters(
@@ -30,29 +32,7 @@ def _validate_hyperparameters(
             "Argument down_weight must be non-negative. "
             f"Received: down_weight={down_weight}"
         )
-    if reduction_over_classes not in _CLASS_REDUCTIONS:
-        raise ValueError(
-            "Argument reduction_over_classes must be one of "
-            f"{_CLASS_REDUCTIONS}. "
-            f"Received: reduction_over_classes={reduction_over_classes!r}"
-        )
-
-
-def _check_shapes(y_true, y_pred):
-    true_shape, pred_shape = tuple(y_true.shape), tuple(y_pred.shape)
-    compatible = len(true_shape) == len(pred_shape) and len(pred_shape) >= 1
-    if compatible:
-        compatible = all(
-            a is None or b is None or a == b
-            for a, b in zip(true_shape, pred_shape)
-        )
-    if not compatible:
-        raise ValueError(
-            "margin_loss expects one-hot or multi-hot y_true of the same "
-            "shape as y_pred, (batch_size, num_classes); convert integer "
-            "labels with keras.ops.one_hot. Received: "
-            f"y_true.shape={true_shape}, y_pred.shape={pred_shape}"
-        )
+    check_reduction_over_classes(reduction_over_classes)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -137,18 +117,13 @@ def margin_loss(
     _validate_hyperparameters(
         m_plus, m_minus, down_weight, reduction_over_classes
     )
-    y_pred = ops.convert_to_tensor(y_pred)
-    dtype = keras.backend.standardize_dtype(y_pred.dtype)
-    dtype = "float64" if dtype == "float64" else "float32"
-    y_pred = ops.cast(y_pred, dtype)
-    y_true = ops.cast(ops.convert_to_tensor(y_true), dtype)
-    _check_shapes(y_true, y_pred)
+    y_true, y_pred = prepare_inputs(
+        y_true, y_pred, "margin_loss", "one-hot or multi-hot"
+    )
     present = y_true * ops.square(ops.relu(m_plus - y_pred))
     absent = (1.0 - y_true) * ops.square(ops.relu(y_pred - m_minus))
     per_class = present + down_weight * absent
-    if reduction_over_classes == "sum":
-        return ops.sum(per_class, axis=-1)
-    return ops.mean(per_class, axis=-1)
+    return reduce_over_classes(per_class, reduction_over_classes)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -5,7 +5,9 @@ import math
 import keras
 from keras import ops
 
-_CLASS_REDUCTIONS = ("sum", "mean")
+from keras_capsules.losses._common import check_reduction_over_classes
+from keras_capsules.losses._common import prepare_inputs
+from keras_capsules.losses._common import reduce_over_classes
 
 
 def _validate_margin(margin):
@@ -32,32 +34,6 @@ def _validate_margin(margin):
         raise ValueError(
             "Argument margin must be a finite non-negative number. "
             f"Received: margin={margin}"
-        )
-
-
-def _validate_reduction_over_classes(reduction_over_classes):
-    if reduction_over_classes not in _CLASS_REDUCTIONS:
-        raise ValueError(
-            "Argument reduction_over_classes must be one of "
-            f"{_CLASS_REDUCTIONS}. "
-            f"Received: reduction_over_classes={reduction_over_classes!r}"
-        )
-
-
-def _check_shapes(y_true, y_pred):
-    true_shape, pred_shape = tuple(y_true.shape), tuple(y_pred.shape)
-    compatible = len(true_shape) == len(pred_shape) and len(pred_shape) >= 1
-    if compatible:
-        compatible = all(
-            a is None or b is None or a == b
-            for a, b in zip(true_shape, pred_shape)
-        )
-    if not compatible:
-        raise ValueError(
-            "spread_loss expects one-hot y_true of the same shape as "
-            "y_pred, (batch_size, num_classes); convert integer labels "
-            "with keras.ops.one_hot. Received: "
-            f"y_true.shape={true_shape}, y_pred.shape={pred_shape}"
         )
 
 
@@ -126,23 +102,16 @@ def spread_loss(y_true, y_pred, margin=0.2, reduction_over_classes="sum"):
         margin, (bool, int, float, str, bytes, keras.Variable)
     ):
         _validate_margin(margin)
-    _validate_reduction_over_classes(reduction_over_classes)
-    y_pred = ops.convert_to_tensor(y_pred)
-    dtype = keras.backend.standardize_dtype(y_pred.dtype)
-    dtype = "float64" if dtype == "float64" else "float32"
-    y_pred = ops.cast(y_pred, dtype)
-    y_true = ops.cast(ops.convert_to_tensor(y_true), dtype)
-    _check_shapes(y_true, y_pred)
-    margin = ops.cast(margin, dtype)
+    check_reduction_over_classes(reduction_over_classes)
+    y_true, y_pred = prepare_inputs(y_true, y_pred, "spread_loss", "one-hot")
+    margin = ops.cast(margin, y_pred.dtype)
     target = ops.sum(y_true * y_pred, axis=-1, keepdims=True)
     # The target class would contribute max(0, m)^2 = m^2 for free; the
     # (1 - y_true) mask keeps it out of the sum over i != t.
     per_class = (1.0 - y_true) * ops.square(
         ops.relu(margin - (target - y_pred))
     )
-    if reduction_over_classes == "sum":
-        return ops.sum(per_class, axis=-1)
-    return ops.mean(per_class, axis=-1)
+    return reduce_over_classes(per_class, reduction_over_classes)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -221,7 +190,7 @@ class SpreadLoss(keras.losses.Loss):
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         _validate_margin(margin)
-        _validate_reduction_over_classes(reduction_over_classes)
+        check_reduction_over_classes(reduction_over_classes)
         if not isinstance(margin, keras.Variable):
             margin = keras.Variable(
                 float(margin),

@@ -5,38 +5,13 @@ import math
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_positive_int
 from keras_capsules.layers.dense_caps import DenseCaps
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.layers.primary_caps import PrimaryCaps
 from keras_capsules.losses.margin_loss import MarginLoss
-
-
-def _check_positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"Argument {name} must be a positive integer. "
-            f"Received: {name}={value!r}"
-        )
-    return value
-
-
-def _check_input_shape(input_shape):
-    valid = (
-        isinstance(input_shape, (tuple, list))
-        and len(input_shape) == 3
-        and all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0
-            for d in input_shape
-        )
-    )
-    if not valid:
-        raise ValueError(
-            "Argument input_shape must be a tuple of 3 positive integers "
-            "(height, width, channels), channels last. "
-            f"Received: input_shape={input_shape!r}"
-        )
-    return tuple(input_shape)
 
 
 def _check_decoder_units(decoder_units):
@@ -177,7 +152,7 @@ class CapsNet(keras.Model):
         reconstruction_weight=0.0005,
         **kwargs,
     ):
-        input_shape = _check_input_shape(input_shape)
+        input_shape = check_image_shape(input_shape)
         for name, value in (
             ("num_classes", num_classes),
             ("routing_iterations", routing_iterations),
@@ -189,7 +164,7 @@ class CapsNet(keras.Model):
             ("primary_strides", primary_strides),
             ("capsule_dim", capsule_dim),
         ):
-            _check_positive_int(value, name)
+            check_positive_int(value, name)
         decoder_units = _check_decoder_units(decoder_units)
         if (
             isinstance(reconstruction_weight, bool)

@@ -4,6 +4,9 @@ import math
 
 import keras
 
+from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import conv_output_length
 from keras_capsules.layers.em_class_caps import EMClassCaps
 from keras_capsules.layers.em_conv_caps import EMConvCaps
 from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps
@@ -24,44 +27,13 @@ _CAPS_KERNEL_SIZE = 3
 _CAPS_STRIDES = (2, 1)
 
 
-def _check_positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"Argument {name} must be a positive integer. "
-            f"Received: {name}={value!r}"
-        )
-    return value
-
-
-def _check_input_shape(input_shape):
-    valid = (
-        isinstance(input_shape, (tuple, list))
-        and len(input_shape) == 3
-        and all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0
-            for d in input_shape
-        )
-    )
-    if not valid:
-        raise ValueError(
-            "Argument input_shape must be a tuple of 3 positive integers "
-            "(height, width, channels), channels last. "
-            f"Received: input_shape={input_shape!r}"
-        )
-    return tuple(input_shape)
-
-
-def _valid_size(size, kernel_size, strides):
-    return (size - kernel_size) // strides + 1
-
-
 def _check_geometry(input_shape):
     """Raises unless every layer keeps at least one position."""
-    sizes = [min(input_shape[:2])]
-    sizes.append(_valid_size(sizes[-1], _CONV_KERNEL_SIZE, _CONV_STRIDES))
+    size = min(input_shape[:2])
+    size = conv_output_length(size, _CONV_KERNEL_SIZE, _CONV_STRIDES, "valid")
     for strides in _CAPS_STRIDES:
-        sizes.append(_valid_size(sizes[-1], _CAPS_KERNEL_SIZE, strides))
-    if min(sizes) < 1:
+        size = conv_output_length(size, _CAPS_KERNEL_SIZE, strides, "valid")
+    if size < 1:
         # 5x5/2 then 3x3/2 then 3x3/1, all valid: 1 <- 3 <- 7 <- 17.
         raise ValueError(
             "The images are too small for MatrixCapsNet: Conv1 (5x5, "
@@ -182,7 +154,7 @@ class MatrixCapsNet(keras.Model):
         weight_decay=2e-7,
         **kwargs,
     ):
-        input_shape = _check_input_shape(input_shape)
+        input_shape = check_image_shape(input_shape)
         for name, value in (
             ("num_classes", num_classes),
             ("A", A),
@@ -191,7 +163,7 @@ class MatrixCapsNet(keras.Model):
             ("D", D),
             ("routing_iterations", routing_iterations),
         ):
-            _check_positive_int(value, name)
+            check_positive_int(value, name)
         if not isinstance(coordinate_addition, bool):
             raise TypeError(
                 "Argument coordinate_addition must be a boolean. "

@@ -14,6 +14,13 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules._validation import check_option
+from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import check_positive_number
+from keras_capsules._validation import normalize_padding
+from keras_capsules._validation import normalize_pair
+from keras_capsules._validation import patch_geometry
+
 _PLACEMENTS = ("official", "paper")
 _REDUCTIONS = ("sum", "max")
 
@@ -68,12 +75,12 @@ def extract_capsule_patches(inputs, kernel_size, strides=1, padding="valid"):
     inputs = ops.convert_to_tensor(inputs)
     shape = tuple(inputs.shape)
     _check_static(shape, 3, "inputs", "(batch, height, width, ...)")
-    kernel_size = _normalize_pair(kernel_size, "kernel_size")
-    strides = _normalize_pair(strides, "strides")
-    padding = _normalize_padding(padding)
+    kernel_size = normalize_pair(kernel_size, "kernel_size")
+    strides = normalize_pair(strides, "strides")
+    padding = normalize_padding(padding)
     height, width = shape[1], shape[2]
     trailing = shape[3:]
-    geometry = _patch_geometry((height, width), kernel_size, strides, padding)
+    geometry = patch_geometry((height, width), kernel_size, strides, padding)
     (out_h, out_w), (pad_top, pad_bottom, pad_left, pad_right) = geometry
     channels = int(np.prod(trailing, dtype=np.int64))
 
@@ -159,17 +166,13 @@ def fold_capsule_patches(
         "patches",
         "(batch, out_height, out_width, kernel_h, kernel_w, ...)",
     )
-    grid_size = _normalize_pair(grid_size, "grid_size", allow_int=False)
-    strides = _normalize_pair(strides, "strides")
-    padding = _normalize_padding(padding)
-    if reduction not in _REDUCTIONS:
-        raise ValueError(
-            'Argument reduction must be "sum" or "max". '
-            f"Received: reduction={reduction}"
-        )
+    grid_size = normalize_pair(grid_size, "grid_size", allow_int=False)
+    strides = normalize_pair(strides, "strides")
+    padding = normalize_padding(padding)
+    check_option(reduction, "reduction", _REDUCTIONS)
     kernel_size = shape[3:5]
     trailing = shape[5:]
-    geometry = _patch_geometry(grid_size, kernel_size, strides, padding)
+    geometry = patch_geometry(grid_size, kernel_size, strides, padding)
     (out_h, out_w), (pad_top, pad_bottom, pad_left, pad_right) = geometry
     if shape[1:3] != (out_h, out_w):
         raise ValueError(
@@ -266,9 +269,11 @@ def coordinate_grid(height, width, coordinate_scale=None, dtype="float32"):
     >>> tuple(grid.shape)
     (4, 4, 2)
     """
-    height = _check_positive_int(height, "height")
-    width = _check_positive_int(width, "width")
-    coordinate_scale = _check_coordinate_scale(coordinate_scale)
+    height = check_positive_int(height, "height")
+    width = check_positive_int(width, "width")
+    coordinate_scale = check_positive_number(
+        coordinate_scale, "coordinate_scale", allow_none=True
+    )
     rows = ops.arange(height, dtype="float32") + 0.5
     cols = ops.arange(width, dtype="float32") + 0.5
     if coordinate_scale is None:
@@ -325,11 +330,7 @@ def add_coordinates(votes, placement="official", coordinate_scale=None):
     >>> tuple(votes.shape)
     (2, 3, 3, 8, 5, 4, 4)
     """
-    if placement not in _PLACEMENTS:
-        raise ValueError(
-            'Argument placement must be "official" or "paper". '
-            f"Received: placement={placement}"
-        )
+    check_option(placement, "placement", _PLACEMENTS)
     votes = ops.convert_to_tensor(votes)
     shape = tuple(votes.shape)
     _check_static(
@@ -367,99 +368,12 @@ def add_coordinates(votes, placement="official", coordinate_scale=None):
     return votes + offsets
 
 
-# Private helpers shared with the EM routing op and the EM layers.
-
-
-def _check_positive_int(value, name):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, np.integer))
-        or value < 1
-    ):
-        raise ValueError(
-            f"Argument {name} must be a positive integer. "
-            f"Received: {name}={value}"
-        )
-    return int(value)
-
-
-def _check_coordinate_scale(value):
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.floating, np.integer))
-        or not value > 0
-    ):
-        raise ValueError(
-            "Argument coordinate_scale must be None or a positive number. "
-            f"Received: coordinate_scale={value}"
-        )
-    return float(value)
-
-
-def _normalize_pair(value, name, allow_int=True):
-    pair = (
-        (value, value)
-        if allow_int and isinstance(value, (int, np.integer))
-        else value
-    )
-    if (
-        not isinstance(pair, (tuple, list))
-        or len(pair) != 2
-        or any(
-            isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1
-            for v in pair
-        )
-    ):
-        expected = (
-            "a positive integer or a tuple of 2 positive integers"
-            if allow_int
-            else "a tuple of 2 positive integers"
-        )
-        raise ValueError(
-            f"Argument {name} must be {expected}. Received: {name}={value}"
-        )
-    return (int(pair[0]), int(pair[1]))
-
-
-def _normalize_padding(padding):
-    if not isinstance(padding, str) or padding.lower() not in (
-        "valid",
-        "same",
-    ):
-        raise ValueError(
-            'Argument padding must be "valid" or "same". '
-            f"Received: padding={padding}"
-        )
-    return padding.lower()
-
-
-def _patch_geometry(grid_size, kernel_size, strides, padding):
-    """Output size and (top, bottom, left, right) padding of a tiling."""
-    out, pads = [], []
-    for size, kernel, stride in zip(grid_size, kernel_size, strides):
-        if padding == "same":
-            count = -(-size // stride)
-            total = max((count - 1) * stride + kernel - size, 0)
-            pads += [total // 2, total - total // 2]
-        else:
-            count = (size - kernel) // stride + 1 if size >= kernel else 0
-            pads += [0, 0]
-        if count < 1:
-            raise ValueError(
-                f"A kernel_size of {tuple(kernel_size)} leaves no output "
-                f"positions on a grid of size {tuple(grid_size)} with "
-                'padding="valid". Use a smaller kernel_size or '
-                f'padding="same". Received: kernel_size={tuple(kernel_size)}'
-            )
-        out.append(count)
-    return tuple(out), (pads[0], pads[1], pads[2], pads[3])
+# Private helpers; `_coverage_counts` also serves the EM routing op.
 
 
 def _coverage_counts(grid_size, kernel_size, strides, padding):
     """How many tiles contain each grid position (static NumPy maths)."""
-    (out_h, out_w), (pad_top, _, pad_left, _) = _patch_geometry(
+    (out_h, out_w), (pad_top, _, pad_left, _) = patch_geometry(
         grid_size, kernel_size, strides, padding
     )
     counts = []

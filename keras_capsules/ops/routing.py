@@ -4,15 +4,17 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules._validation import check_option
+from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import check_positive_number
+from keras_capsules._validation import normalize_padding
+from keras_capsules._validation import normalize_pair
+from keras_capsules._validation import patch_geometry
+from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops.patches import _coverage_counts
-from keras_capsules.ops.patches import _normalize_padding
-from keras_capsules.ops.patches import _normalize_pair
-from keras_capsules.ops.patches import _patch_geometry
 from keras_capsules.ops.patches import extract_capsule_patches
 from keras_capsules.ops.patches import fold_capsule_patches
 from keras_capsules.ops.squash import squash
-
-_HALF_DTYPES = ("float16", "bfloat16")
 
 # Dynamic routing (Sabour et al. 2017)
 
@@ -96,15 +98,7 @@ def dynamic_routing(
     - [Official TensorFlow code](https://github.com/Sarasra/models/tree/
       master/research/capsules)
     """
-    if (
-        isinstance(iterations, bool)
-        or not isinstance(iterations, (int, np.integer))
-        or iterations < 1
-    ):
-        raise ValueError(
-            "Argument iterations must be a positive integer. "
-            f"Received: iterations={iterations}"
-        )
+    iterations = check_positive_int(iterations, "iterations")
     votes = ops.convert_to_tensor(votes)
     if len(votes.shape) < 3:
         raise ValueError(
@@ -112,10 +106,7 @@ def dynamic_routing(
             "(..., num_in, num_out, dim). "
             f"Received: votes.shape={tuple(votes.shape)}"
         )
-    dtype = keras.backend.standardize_dtype(votes.dtype)
-    if not keras.backend.is_float_dtype(dtype):
-        dtype = keras.config.floatx()
-    compute_dtype = "float32" if dtype in _HALF_DTYPES else dtype
+    dtype, compute_dtype = compute_dtypes(votes)
     votes = ops.cast(votes, compute_dtype)
     if bias is not None:
         bias = ops.cast(bias, compute_dtype)
@@ -155,11 +146,7 @@ def _coupling_coefficients(logits, leaky):
 def _check_bias_shape(bias_shape, capsule_shape):
     if None in capsule_shape or None in bias_shape:
         return
-    try:
-        broadcast = np.broadcast_shapes(bias_shape, capsule_shape)
-    except ValueError:
-        broadcast = None
-    if broadcast != capsule_shape:
+    if not _broadcasts_to(bias_shape, capsule_shape):
         raise ValueError(
             "Argument bias must broadcast to the output capsules' shape "
             f"(num_out, dim) = {capsule_shape}. "
@@ -313,7 +300,7 @@ def em_routing(
             f"Received: votes.shape={votes_shape}"
         )
     _check_activations_shape(tuple(activations.shape), votes_shape[:-2])
-    dtype, compute_dtype = _em_dtypes(votes)
+    dtype, compute_dtype = compute_dtypes(votes)
     votes = ops.cast(votes, compute_dtype)
     activations = ops.cast(activations, compute_dtype)
     num_out = votes_shape[-2]
@@ -449,9 +436,9 @@ def em_conv_routing(
     options = _check_em_options(
         iterations, final_lambda, min_variance, epsilon, mode
     )
-    kernel_size = _normalize_pair(kernel_size, "kernel_size")
-    strides = _normalize_pair(strides, "strides")
-    padding = _normalize_padding(padding)
+    kernel_size = normalize_pair(kernel_size, "kernel_size")
+    strides = normalize_pair(strides, "strides")
+    padding = normalize_padding(padding)
     votes = ops.convert_to_tensor(votes)
     activations = ops.convert_to_tensor(activations)
     act_shape = tuple(activations.shape)
@@ -462,7 +449,7 @@ def em_conv_routing(
             f"Received: activations.shape={act_shape}"
         )
     height, width, num_in = act_shape[1:]
-    (out_h, out_w), _ = _patch_geometry(
+    (out_h, out_w), _ = patch_geometry(
         (height, width), kernel_size, strides, padding
     )
     kernel_h, kernel_w = kernel_size
@@ -490,7 +477,7 @@ def em_conv_routing(
             f"size. Received: votes.shape={votes_shape}"
         )
     num_out, pose_size = votes_shape[4:]
-    dtype, compute_dtype = _em_dtypes(votes)
+    dtype, compute_dtype = compute_dtypes(votes)
     votes = ops.cast(votes, compute_dtype)
     votes = ops.reshape(
         votes,
@@ -638,44 +625,15 @@ def _em_iterations(
 
 
 def _check_em_options(iterations, final_lambda, min_variance, epsilon, mode):
-    if (
-        isinstance(iterations, bool)
-        or not isinstance(iterations, (int, np.integer))
-        or iterations < 1
-    ):
-        raise ValueError(
-            "Argument iterations must be a positive integer. "
-            f"Received: iterations={iterations}"
-        )
-    for name, value in (
-        ("final_lambda", final_lambda),
-        ("min_variance", min_variance),
-        ("epsilon", epsilon),
-    ):
-        if name == "epsilon" and value is None:
-            continue
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float, np.integer, np.floating))
-            or not value > 0
-        ):
-            raise ValueError(
-                f"Argument {name} must be a positive number. "
-                f"Received: {name}={value}"
-            )
-    if mode not in _EM_MODES:
-        raise ValueError(
-            'Argument mode must be "official" or "paper". '
-            f"Received: mode={mode}"
-        )
+    # Checked in argument order, so the first bad argument is reported.
     return {
-        "iterations": int(iterations),
-        "final_lambda": float(final_lambda),
-        "min_variance": float(min_variance),
-        "epsilon": float(
-            keras.config.epsilon() if epsilon is None else epsilon
-        ),
-        "mode": mode,
+        "iterations": check_positive_int(iterations, "iterations"),
+        "final_lambda": check_positive_number(final_lambda, "final_lambda"),
+        "min_variance": check_positive_number(min_variance, "min_variance"),
+        "epsilon": float(keras.config.epsilon())
+        if epsilon is None
+        else check_positive_number(epsilon, "epsilon"),
+        "mode": check_option(mode, "mode", _EM_MODES),
     }
 
 
@@ -691,22 +649,10 @@ def _check_activations_shape(act_shape, expected):
         )
 
 
-def _em_dtypes(votes):
-    dtype = keras.backend.standardize_dtype(votes.dtype)
-    if not keras.backend.is_float_dtype(dtype):
-        dtype = keras.config.floatx()
-    compute_dtype = "float32" if dtype in _HALF_DTYPES else dtype
-    return dtype, compute_dtype
-
-
 def _em_beta(beta, name, num_out, dtype):
     beta = ops.cast(beta, dtype)
     shape = tuple(beta.shape)
-    try:
-        broadcast = np.broadcast_shapes(shape, (num_out,))
-    except ValueError:
-        broadcast = None
-    if broadcast != (num_out,):
+    if not _broadcasts_to(shape, (num_out,)):
         raise ValueError(
             f"Argument {name} must broadcast to (num_out,) = ({num_out},). "
             f"Received: {name}.shape={shape}"
@@ -717,10 +663,17 @@ def _em_beta(beta, name, num_out, dtype):
 def _window_entry_counts(grid_size, kernel_size, strides, padding):
     """Per window entry, the number of windows containing its position."""
     counts = _coverage_counts(grid_size, kernel_size, strides, padding)
-    (out_h, out_w), (top, bottom, left, right) = _patch_geometry(
+    (out_h, out_w), (top, bottom, left, right) = patch_geometry(
         grid_size, kernel_size, strides, padding
     )
     counts = np.pad(counts, ((top, bottom), (left, right)))
     rows = np.arange(out_h)[:, None] * strides[0] + np.arange(kernel_size[0])
     cols = np.arange(out_w)[:, None] * strides[1] + np.arange(kernel_size[1])
     return counts[rows[:, None, :, None], cols[None, :, None, :]]
+
+
+def _broadcasts_to(shape, target):
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False

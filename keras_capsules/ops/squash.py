@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-_HALF_DTYPES = ("float16", "bfloat16")
+from keras_capsules._validation import check_positive_number
+from keras_capsules.ops._dtypes import compute_dtypes
 
 
 def squash(x, axis=-1, offset=1.0):
@@ -48,20 +49,9 @@ def squash(x, axis=-1, offset=1.0):
     >>> x = keras.ops.convert_to_tensor([[3.0, 4.0], [0.0, 0.0]])
     >>> v = keras_capsules.ops.squash(x)  # lengths 25/26 and 0
     """
-    if (
-        isinstance(offset, bool)
-        or not isinstance(offset, (int, float))
-        or not offset > 0
-    ):
-        raise ValueError(
-            "Argument offset must be a positive number. "
-            f"Received: offset={offset}"
-        )
+    offset = check_positive_number(offset, "offset")
     x = ops.convert_to_tensor(x)
-    dtype = keras.backend.standardize_dtype(x.dtype)
-    if not keras.backend.is_float_dtype(dtype):
-        dtype = keras.config.floatx()
-    compute_dtype = "float32" if dtype in _HALF_DTYPES else dtype
+    dtype, compute_dtype = compute_dtypes(x)
     x = ops.cast(x, compute_dtype)
     squared_norm = ops.sum(ops.square(x), axis=axis, keepdims=True)
     # Epsilon inside the root: sqrt'(0) is infinite, so a bare norm would turn

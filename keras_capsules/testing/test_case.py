@@ -26,6 +26,20 @@ def _is_shape(x):
     )
 
 
+def _is_repeated_int(stored, value):
+    """Whether `stored` is a tuple or list of the int `value` repeated."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    return (
+        isinstance(stored, (tuple, list))
+        and len(stored) > 0
+        and all(
+            isinstance(v, int) and not isinstance(v, bool) and v == value
+            for v in stored
+        )
+    )
+
+
 def _shapes(structure):
     """Flattens a shape or a list of shapes into a list of tuples."""
     if _is_shape(structure):
@@ -237,6 +251,10 @@ class TestCase(parameterized.TestCase):
                 got = config[key]
                 if isinstance(value, tuple) and isinstance(got, list):
                     got = tuple(got)
+                if _is_repeated_int(got, value):
+                    # As Keras Conv2D does, a layer may store
+                    # `kernel_size=3` as `(3, 3)`.
+                    got = value
                 self.assertEqual(got, value, f"config[{key!r}]")
         revived = layer_cls.from_config(config)
         self.assertEqual(revived.get_config(), config)
