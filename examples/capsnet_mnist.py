@@ -28,8 +28,8 @@ Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
 import argparse
 import os
 
+import _training
 import keras
-import numpy as np
 
 import keras_capsules
 
@@ -128,27 +128,11 @@ def build_model(args):
         routing_iterations=args.routing_iterations,
         reconstruction_weight=args.reconstruction_weight,
     )
-    schedule = keras.optimizers.schedules.ExponentialDecay(
-        args.learning_rate,
-        decay_steps=args.decay_steps,
-        decay_rate=args.decay_rate,
-    )
-    # XLA fuses the unrolled routing loop; torch.compile is left to "auto".
-    jit_compile = True if keras.backend.backend() != "torch" else "auto"
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate=schedule),
-        jit_compile=jit_compile,
+        optimizer=_training.decayed_adam(args),
+        jit_compile=_training.jit_compile(),
     )
     return model
-
-
-def sample_batch(test, size=8):
-    """Returns up to `size` test images and labels as NumPy arrays."""
-    if isinstance(test, tuple):
-        x, y = test
-    else:
-        x, y = next(test.take(1).as_numpy_iterator())
-    return np.asarray(x[:size]), np.asarray(y[:size])
 
 
 def save_reconstructions(model, images, path):
@@ -185,33 +169,11 @@ def train_and_evaluate(args):
     keras.utils.set_random_seed(args.seed)
     train, test = load_data(args)
     model = build_model(args)
-    fit_kwargs = dict(
-        epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=1
-    )
-    evaluate_kwargs = dict(verbose=1, return_dict=True)
-    if isinstance(train, tuple):
-        x_train, y_train = train
-        fit_kwargs.update(batch_size=args.batch_size, shuffle=True)
-        evaluate_kwargs.update(batch_size=args.batch_size)
-        model.fit(x_train, y_train, **fit_kwargs)
-        metrics = model.evaluate(*test, **evaluate_kwargs)
-    else:
-        model.fit(train, **fit_kwargs)
-        metrics = model.evaluate(test, **evaluate_kwargs)
-    print(f"Test accuracy: {metrics['accuracy']:.4f}")
+    metrics = _training.fit_and_evaluate(model, train, test, args)
 
-    os.makedirs(args.output_dir, exist_ok=True)
     model_path = os.path.join(args.output_dir, "capsnet.keras")
-    model.save(model_path)
-    reloaded = keras.models.load_model(model_path)
-    images, _ = sample_batch(test)
-    np.testing.assert_allclose(
-        reloaded.predict(images, verbose=0),
-        model.predict(images, verbose=0),
-        atol=1e-5,
-        err_msg="the reloaded model predicts differently",
-    )
-    print(f"Saved {model_path}; the reloaded model predicts the same.")
+    images = _training.first_images(test)
+    reloaded = _training.save_and_reload(model, model_path, images)
 
     figure_path = os.path.join(args.output_dir, "reconstructions.png")
     save_reconstructions(reloaded, images, figure_path)

@@ -13,7 +13,12 @@ from keras_capsules.testing import TestCase
 _EXAMPLES_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"
 )
-_SCRIPTS = sorted(glob.glob(os.path.join(_EXAMPLES_DIR, "*.py")))
+# `_`-prefixed modules hold code the scripts share; they are not scripts.
+_SCRIPTS = sorted(
+    path
+    for path in glob.glob(os.path.join(_EXAMPLES_DIR, "*.py"))
+    if not os.path.basename(path).startswith("_")
+)
 
 
 @pytest.mark.large

@@ -1,0 +1,211 @@
+"""Training, evaluation and saving shared by the example scripts.
+
+Not a script: the scripts import it, as `python examples/<script>.py` puts
+this folder on `sys.path`. `train_matrix_capsnet` is the whole training run
+of the two MatrixCapsNet scripts, which differ only in their data; the
+smaller helpers also serve `capsnet_mnist.py`.
+"""
+
+import argparse
+import os
+
+import keras
+import numpy as np
+
+import keras_capsules
+
+# A, B, C and D of the paper: Conv1 filters, primary capsule types and the
+# capsule types of the two convolutional capsule layers.
+MATRIX_CAPSNET_CONFIGS = {
+    "full": {"A": 32, "B": 32, "C": 32, "D": 32},
+    "small": {"A": 64, "B": 8, "C": 16, "D": 16},
+    "tiny": {"A": 8, "B": 4, "C": 4, "D": 4},
+}
+MATRIX_SMOKE_STEPS = 3
+
+
+def add_matrix_capsnet_arguments(parser, data_files, output):
+    """Adds the MatrixCapsNet flags, with the official settings as defaults.
+
+    Args:
+        parser: The script's `argparse.ArgumentParser`, which already has
+            its data-source flag.
+        data_files: What `--manual-dir` holds, for the help text.
+        output: The default path of the saved `.keras` model.
+    """
+    parser.add_argument("--manual-dir", default=None,
+                        help=f"Folder with the original {data_files}.")
+    parser.add_argument("--data-dir", default=None,
+                        help="TensorFlow Datasets data directory.")
+    parser.add_argument("--epochs", type=int, default=50)
+    parser.add_argument("--steps-per-epoch", type=int, default=None,
+                        help="Limit each epoch to this many steps.")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--config", choices=sorted(MATRIX_CAPSNET_CONFIGS),
+                        default="full",
+                        help="Capsule counts: the paper's full network "
+                        "(A=B=C=D=32), its small one (64, 8, 16, 16) or a "
+                        "tiny one for smoke runs.")
+    parser.add_argument("--routing-iterations", type=int, default=3)
+    parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--decay-steps", type=int, default=20000)
+    parser.add_argument("--decay-rate", type=float, default=0.96)
+    parser.add_argument("--weight-decay", type=float, default=2e-7)
+    parser.add_argument("--margin-schedule", choices=("linear", "sigmoid"),
+                        default="linear",
+                        help="Spread-loss margin schedule: the paper's "
+                        "linear ramp or the official code's sigmoid.")
+    parser.add_argument("--final-margin", type=float, default=0.9)
+    parser.add_argument("--ramp-epochs", type=float, default=None,
+                        help="Length of the margin ramp in epochs "
+                        "(default: half of --epochs for the linear ramp, "
+                        "the official 400k steps for the sigmoid).")
+    parser.add_argument("--jit", action=argparse.BooleanOptionalAction,
+                        default=True,
+                        help="Compile the train step with XLA on "
+                        "TensorFlow (JAX always does).")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=output,
+                        help="Where to save the trained model.")
+    parser.add_argument("--smoke", action="store_true",
+                        help="One epoch of a few steps on a tiny network.")
+
+
+def apply_matrix_capsnet_smoke(args):
+    """With `--smoke`: one epoch of a few steps on the tiny network."""
+    if args.smoke:
+        args.epochs = 1
+        args.steps_per_epoch = MATRIX_SMOKE_STEPS
+        args.config = "tiny"
+        args.routing_iterations = 1
+        args.batch_size = min(args.batch_size, 16)
+    return args
+
+
+def train_matrix_capsnet(args, load_data, input_shape, num_classes):
+    """Trains, evaluates and saves a MatrixCapsNet; returns the metrics.
+
+    Args:
+        args: The parsed flags of `add_matrix_capsnet_arguments`.
+        load_data: Function of `args` returning `(train, test)`, each a
+            batched dataset or an `(x, y)` pair of NumPy arrays.
+        input_shape: `(height, width, channels)` of the images.
+        num_classes: The number of classes.
+    """
+    keras.utils.set_random_seed(args.seed)
+    train, test = load_data(args)
+    model = keras_capsules.models.MatrixCapsNet(
+        input_shape=input_shape,
+        num_classes=num_classes,
+        routing_iterations=args.routing_iterations,
+        weight_decay=args.weight_decay,
+        **MATRIX_CAPSNET_CONFIGS[args.config],
+    )
+    model.compile(optimizer=decayed_adam(args),
+                  jit_compile=jit_compile(args.jit))
+    model.summary()
+    metrics = fit_and_evaluate(
+        model,
+        train,
+        test,
+        args,
+        callbacks=[spread_margin_scheduler(args)],
+        evaluate_steps=MATRIX_SMOKE_STEPS if args.smoke else None,
+    )
+    loaded = save_and_reload(model, args.output, first_images(test))
+    margin = float(keras.ops.convert_to_numpy(loaded.spread_margin))
+    print(f"Spread margin of the reloaded model: {margin:.4f}")
+    return metrics
+
+
+def decayed_adam(args):
+    """Adam with the learning rate decayed exponentially, as in both papers.
+
+    Reads `--learning-rate`, `--decay-steps` and `--decay-rate`.
+    """
+    return keras.optimizers.Adam(
+        learning_rate=keras.optimizers.schedules.ExponentialDecay(
+            args.learning_rate,
+            decay_steps=args.decay_steps,
+            decay_rate=args.decay_rate,
+        )
+    )
+
+
+def jit_compile(enabled=True):
+    """The `jit_compile` argument of `compile`.
+
+    XLA fuses the unrolled routing loops on TensorFlow and JAX;
+    torch.compile is left to `"auto"`.
+    """
+    if enabled and keras.backend.backend() != "torch":
+        return True
+    return "auto"
+
+
+def spread_margin_scheduler(args):
+    """The spread-loss margin schedule of `--margin-schedule` and friends."""
+    ramp_epochs = args.ramp_epochs
+    if ramp_epochs is None and args.margin_schedule == "linear":
+        ramp_epochs = max(1, args.epochs // 2)
+    return keras_capsules.callbacks.SpreadMarginScheduler(
+        schedule=args.margin_schedule,
+        final_margin=args.final_margin,
+        ramp_epochs=ramp_epochs,
+    )
+
+
+def fit_and_evaluate(
+    model, train, test, args, callbacks=(), evaluate_steps=None
+):
+    """Fits `model` on `train` and returns its metrics on `test`.
+
+    `train` and `test` are batched datasets, which shuffle themselves, or
+    `(x, y)` pairs of NumPy arrays, batched by `--batch-size`.
+    """
+    fit_kwargs = dict(
+        epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch,
+        callbacks=list(callbacks),
+        verbose=1,
+    )
+    evaluate_kwargs = dict(steps=evaluate_steps, return_dict=True, verbose=1)
+    if isinstance(train, tuple):
+        model.fit(
+            *train, batch_size=args.batch_size, shuffle=True, **fit_kwargs
+        )
+        metrics = model.evaluate(
+            *test, batch_size=args.batch_size, **evaluate_kwargs
+        )
+    else:
+        model.fit(train, shuffle=False, **fit_kwargs)
+        metrics = model.evaluate(test, **evaluate_kwargs)
+    print(f"Test accuracy: {metrics['accuracy']:.4f}")
+    return metrics
+
+
+def first_images(data, size=8):
+    """Up to `size` images of a batched dataset or an `(x, y)` pair."""
+    if isinstance(data, tuple):
+        return np.asarray(data[0][:size])
+    for images, _ in data.take(1):
+        return np.asarray(images)[:size]
+
+
+def save_and_reload(model, path, images):
+    """Saves `model` as `.keras`, reloads it and checks its predictions.
+
+    Returns the reloaded model; raises if it predicts `images` otherwise.
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_allclose(
+        loaded.predict(images, verbose=0),
+        model.predict(images, verbose=0),
+        atol=1e-5,
+        err_msg="the reloaded model predicts differently",
+    )
+    print(f"Saved {path}; the reloaded {type(loaded).__name__} predicts "
+          "the same.")
+    return loaded
