@@ -8,6 +8,7 @@ from keras_capsules._validation import conv_output_size
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules._validation import serialize_objects
+from keras_capsules.ops.conv import conv2d
 from keras_capsules.ops.squash import squash
 
 
@@ -126,12 +127,8 @@ class PrimaryCaps(keras.layers.Layer):
         self.input_spec = keras.InputSpec(ndim=4, axes={-1: channels})
 
     def call(self, inputs):
-        features = ops.conv(
-            inputs,
-            self.kernel,
-            strides=self.strides,
-            padding=self.padding,
-            data_format="channels_last",
+        features = conv2d(
+            inputs, self.kernel, strides=self.strides, padding=self.padding
         )
         features = features + self.bias
         height, width = features.shape[1], features.shape[2]

@@ -3,6 +3,10 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import normalize_padding
+from keras_capsules._validation import normalize_pair
+from keras_capsules._validation import patch_geometry
+
 
 def conv2d(inputs, kernel, strides=1, padding="valid"):
     """2-D convolution, channels last, computed stride-free when strided.
@@ -40,8 +44,8 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
     >>> tuple(keras_capsules.ops.conv2d(x, w, strides=2).shape)
     (2, 6, 6, 16)
     """
-    strides = _pair(strides)
-    padding = padding.lower()
+    strides = normalize_pair(strides, "strides")
+    padding = normalize_padding(padding)
     height, width = inputs.shape[1], inputs.shape[2]
     if (
         strides == (1, 1)
@@ -51,10 +55,12 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
     ):
         return ops.conv(inputs, kernel, strides=strides, padding=padding)
     kernel_size = tuple(kernel.shape[:2])
+    (out_h, out_w), (top, bottom, left, right) = patch_geometry(
+        (height, width), kernel_size, strides, padding
+    )
     if padding == "same":
-        inputs, height, width = _pad_same(inputs, kernel_size, strides)
-    out_h = (height - kernel_size[0]) // strides[0] + 1
-    out_w = (width - kernel_size[1]) // strides[1] + 1
+        inputs = ops.pad(inputs, [[0, 0], [top, bottom], [left, right], [0, 0]])
+        height, width = height + top + bottom, width + left + right
     folded_kernel = _space_to_depth_kernel(kernel, strides)
     blocks = (folded_kernel.shape[0], folded_kernel.shape[1])
     # Every output needs input rows up to strides * (out - 1) + padded
@@ -70,23 +76,6 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
     inputs = inputs[:, :padded_h, :padded_w, :]
     folded = _space_to_depth(inputs, strides)
     return ops.conv(folded, folded_kernel, strides=1, padding="valid")
-
-
-def _pair(value):
-    if isinstance(value, int):
-        return (value, value)
-    return tuple(value)
-
-
-def _pad_same(inputs, kernel_size, strides):
-    height, width = inputs.shape[1], inputs.shape[2]
-    pads = []
-    for size, k, s in zip((height, width), kernel_size, strides):
-        out = -(-size // s)
-        total = max((out - 1) * s + k - size, 0)
-        pads.append((total // 2, total - total // 2))
-    inputs = ops.pad(inputs, [[0, 0], list(pads[0]), list(pads[1]), [0, 0]])
-    return inputs, height + sum(pads[0]), width + sum(pads[1])
 
 
 def _space_to_depth(inputs, strides):
