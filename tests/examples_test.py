@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import keras
 import pytest
 from absl.testing import parameterized
 
@@ -33,6 +34,21 @@ class ExamplesTest(TestCase):
         for script in _SCRIPTS
     )
     def test_smoke(self, script):
+        if (
+            os.path.basename(script) == "data_parallel.py"
+            and keras.backend.backend() == "torch"
+        ):
+            # No data-parallel engine on PyTorch: the script must refuse.
+            result = subprocess.run(
+                [sys.executable, script, "--smoke"],
+                cwd=self.get_temp_dir(),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("not supported", result.stderr)
+            return
         # A fresh interpreter per script, run from a temporary folder so
         # that default output paths land there; the backend is inherited.
         result = subprocess.run(

@@ -395,7 +395,16 @@ class CapsNet(keras.Model):
             )
         reconstruction_loss = self.reconstruction_weight * ops.mean(per_image)
         self.reconstruction_loss_tracker.update_state(reconstruction_loss)
-        return ops.add(ops.cast(loss, "float32"), reconstruction_loss)
+        # Under tf.distribute every replica returns the loss of its slice
+        # of the batch and the gradients are summed over replicas, so Keras
+        # divides the compiled loss (and `self.losses`) by the number of
+        # replicas; the reconstruction loss needs the same scale. JAX and
+        # PyTorch see the whole batch and have no such attribute.
+        strategy = getattr(self, "distribute_strategy", None)
+        num_replicas = getattr(strategy, "num_replicas_in_sync", 1)
+        return ops.add(
+            ops.cast(loss, "float32"), reconstruction_loss / num_replicas
+        )
 
     def reconstruct(self, x, y=None):
         """Reconstructs images from their class capsules.

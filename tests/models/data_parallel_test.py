@@ -1,0 +1,152 @@
+"""Data-parallel training of both models on two logical CPU devices.
+
+Each case runs `examples/data_parallel.py --check` in a fresh interpreter,
+since the devices must be set up before the framework starts: it trains
+the same initial weights on the same batches once on two devices and once
+on one, and prints a JSON report. The TensorFlow cases run only in the
+TensorFlow job and the JAX cases only in the JAX job, so that CI runs each
+once.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+from absl.testing import parameterized
+
+from keras_capsules.testing import TestCase
+
+_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
+_SCRIPT = os.path.join(_ROOT, "examples", "data_parallel.py")
+_STEPS = 3
+_MODELS = (("capsnet", "capsnet"), ("matrix_capsnet", "matrix_capsnet"))
+
+# The two runs differ only in the order of float32 sums: the all-reduce
+# adds the gradients of the two half batches, the single device sums the
+# whole batch at once. That is a few ulps (1e-7 relative) per step; after
+# three steps the largest weight difference measured was 3e-5 of the
+# largest weight update on JAX (1e-7 on TensorFlow). The bound leaves a
+# factor of 30 above that, yet a replica that counts a loss term twice (as
+# CapsNet's reconstruction loss once did under MirroredStrategy) moves some
+# weights twice as far, a difference of the order of the update itself.
+_RELATIVE_WEIGHT_TOLERANCE = 1e-3
+_ABSOLUTE_WEIGHT_TOLERANCE = 1e-5
+# The losses agreed to 1e-6 relative; the double-counted reconstruction
+# loss added 10 %.
+_LOSS_RTOL = 1e-5
+
+
+def _run(backend, model, *flags):
+    return subprocess.run(
+        [
+            sys.executable,
+            _SCRIPT,
+            "--model",
+            model,
+            "--cpu-devices",
+            "2",
+            "--config",
+            "tiny",
+            "--steps",
+            str(_STEPS),
+            "--batch-size",
+            "8",
+            *flags,
+        ],
+        cwd=_ROOT,
+        env=dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+class _DataParallelCheck(TestCase):
+    backend = None
+
+    def check_data_parallel(self, model):
+        result = _run(self.backend, model, "--check")
+        self.assertEqual(
+            result.returncode,
+            0,
+            f"data_parallel.py --check failed:\n{result.stdout[-3000:]}\n"
+            f"{result.stderr[-5000:]}",
+        )
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+
+        self.assertEqual(report["backend"], self.backend)
+        self.assertEqual(report["model"], model)
+        self.assertEqual(report["replicas"], 2)
+        self.assertLen(report["devices"], 2)
+        self.assertEqual(report["single_device_replicas"], 1)
+        self.assertTrue(
+            report["replicas_identical"],
+            f"replicas differ: {report['unsynced_variables']}",
+        )
+
+        self.assertEqual(report["steps"], _STEPS)
+        self.assertLen(report["loss"], _STEPS)
+        self.assertAllFinite(report["loss"])
+        self.assertAllClose(
+            report["loss"],
+            report["single_device_loss"],
+            rtol=_LOSS_RTOL,
+            atol=0,
+        )
+
+        update = report["max_weight_update"]
+        self.assertGreater(update, 1e-6, "training left the weights alone")
+        tolerance = min(
+            _ABSOLUTE_WEIGHT_TOLERANCE, _RELATIVE_WEIGHT_TOLERANCE * update
+        )
+        self.assertLessEqual(report["max_weight_diff"], tolerance)
+        if model == "matrix_capsnet":
+            # The scheduler ramps the margin over the run, assigning the
+            # mirrored (or replicated) variable between steps.
+            margins = report["spread_margin"]
+            self.assertLen(margins, _STEPS)
+            self.assertAllClose(margins[0], 0.2)
+            self.assertGreater(margins[-1], margins[0])
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="tf.distribute.MirroredStrategy runs in the TensorFlow job only.",
+)
+class MirroredStrategyTest(_DataParallelCheck):
+    backend = "tensorflow"
+
+    @parameterized.named_parameters(*_MODELS)
+    def test_matches_single_device(self, model):
+        self.check_data_parallel(model)
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax",
+    reason="keras.distribution.DataParallel runs in the JAX job only.",
+)
+class JAXDataParallelTest(_DataParallelCheck):
+    backend = "jax"
+
+    @parameterized.named_parameters(*_MODELS)
+    def test_matches_single_device(self, model):
+        self.check_data_parallel(model)
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "torch",
+    reason="The refusal is checked in the PyTorch job only.",
+)
+class TorchDataParallelTest(TestCase):
+    def test_refuses_with_a_clear_message(self):
+        result = _run("torch", "capsnet", "--check")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn(
+            "Data-parallel training is not supported on the torch backend",
+            result.stderr,
+        )
