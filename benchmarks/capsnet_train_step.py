@@ -7,7 +7,8 @@ default): the median of `--steps` timed steps after `--warmup` steps, the
 first of which includes tracing and compilation. Prints a JSON record with
 training images per second, the compile time, the peak resident memory of
 the process (and of the accelerator, when there is one), the backend, the
-device and the library versions.
+device and the library versions. `python -m benchmarks.run --model
+capsnet` measures the same step, plus inference, in a fresh process.
 
 Usage:
     KERAS_BACKEND=jax python -m benchmarks.capsnet_train_step

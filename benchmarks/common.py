@@ -3,9 +3,15 @@
 Speed is measured here, never asserted in tests. Every figure printed says
 which backend, device and versions produced it, so numbers can be compared
 only where they were taken under the same conditions.
+
+The device queries import the framework of the active Keras backend
+lazily; they never allocate accelerator memory except on PyTorch, where
+naming a CUDA device creates its context.
 """
 
+import argparse
 import json
+import os
 import platform
 import resource
 import statistics
@@ -15,11 +21,26 @@ import time
 import keras
 import numpy as np
 
+# A, B, C and D of "Matrix capsules with EM routing": the full network
+# (310K parameters) and the small one (68K).
+MATRIX_CAPSNET_CONFIGS = {
+    "full": {"A": 32, "B": 32, "C": 32, "D": 32},
+    "small": {"A": 64, "B": 8, "C": 16, "D": 16},
+}
+
 
 def peak_rss_mib():
     """Peak resident set size of this process, in MiB (Linux: KiB units)."""
     usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return usage / 1024.0
+
+
+def _tensorflow_gpu():
+    """The first GPU TensorFlow sees, or None."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return gpus[0] if gpus else None
 
 
 def device_peak_mib():
@@ -39,21 +60,55 @@ def device_peak_mib():
 
         if torch.cuda.is_available():
             return torch.cuda.max_memory_allocated() / 2**20
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        if _tensorflow_gpu() is not None:
+            info = tf.config.experimental.get_memory_info("GPU:0")
+            return info["peak"] / 2**20
     return None
 
 
 def device_name():
+    """The device the backend computes on, in words."""
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
 
-        return str(jax.devices()[0].device_kind)
+        device = jax.devices()[0]
+        if device.platform != "cpu":
+            return str(device.device_kind)
     if backend == "torch":
         import torch
 
         if torch.cuda.is_available():
             return torch.cuda.get_device_name(0)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        gpu = _tensorflow_gpu()
+        if gpu is not None:
+            details = tf.config.experimental.get_device_details(gpu)
+            return details.get("device_name", gpu.name)
     return f"cpu ({platform.processor() or platform.machine()})"
+
+
+def framework_version():
+    """The version of the framework behind the active Keras backend."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.__version__
+    if backend == "torch":
+        import torch
+
+        return torch.__version__
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.__version__
+    return None
 
 
 def environment():
@@ -62,33 +117,93 @@ def environment():
         "backend": keras.backend.backend(),
         "device": device_name(),
         "keras": keras.__version__,
+        "framework": framework_version(),
         "python": sys.version.split()[0],
         "numpy": np.__version__,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
     }
+
+
+def default_jit_compile(jit=None):
+    """`jit` when given; else XLA on TensorFlow and JAX, eager on PyTorch.
+
+    `torch.compile` of these models takes minutes and is not what a
+    PyTorch user gets from Keras by default, so it is opt-in.
+    """
+    if jit is None:
+        return keras.backend.backend() != "torch"
+    return jit
+
+
+def int_list(text):
+    """Parses `"1,2,4"` (or `"8"`) into a list of positive integers."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected positive integers separated by commas, got {text!r}"
+        )
+    return values
+
+
+def _median_call(fn, steps):
+    durations = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        fn()
+        durations.append(time.perf_counter() - start)
+    return statistics.median(durations), durations
 
 
 def time_train_steps(model, x, y, steps=10, warmup=2):
     """Times `model.train_on_batch` on one fixed batch.
 
+    `train_on_batch` returns the logs as NumPy values, which waits for the
+    device, so each timed step includes its own completion.
+
     Returns a dict with the median step time in seconds, training images
-    per second, and the first-call (compile) time.
+    per second, the first-call (compile) time and every timed step.
     """
     start = time.perf_counter()
     model.train_on_batch(x, y)
     compile_seconds = time.perf_counter() - start
     for _ in range(max(warmup - 1, 0)):
         model.train_on_batch(x, y)
-    durations = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        model.train_on_batch(x, y)
-        durations.append(time.perf_counter() - start)
-    median = statistics.median(durations)
+    median, durations = _median_call(lambda: model.train_on_batch(x, y), steps)
     return {
         "compile_seconds": compile_seconds,
         "step_seconds": median,
-        "train_images_per_second": len(x) / median,
+        "train_images_per_second": _num_images(x) / median,
+        "train_step_seconds_all": durations,
     }
+
+
+def time_predict_steps(model, x, steps=10, warmup=2):
+    """Times `model.predict_on_batch` (compiled like training) on a batch.
+
+    Returns a dict with the median call time in seconds, inference images
+    per second, the first-call (compile) time and every timed call.
+    """
+    start = time.perf_counter()
+    model.predict_on_batch(x)
+    compile_seconds = time.perf_counter() - start
+    for _ in range(max(warmup - 1, 0)):
+        model.predict_on_batch(x)
+    median, durations = _median_call(lambda: model.predict_on_batch(x), steps)
+    return {
+        "predict_compile_seconds": compile_seconds,
+        "predict_seconds": median,
+        "inference_images_per_second": _num_images(x) / median,
+        "predict_seconds_all": durations,
+    }
+
+
+def _num_images(x):
+    first = x[0] if isinstance(x, (list, tuple)) else x
+    return len(first)
 
 
 def print_result(result, json_path=None):

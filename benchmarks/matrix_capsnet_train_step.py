@@ -11,7 +11,8 @@ is one) is read after each batch size; both are peaks since the process
 started, so run the batch sizes in increasing order, as the default does.
 
 Figures are comparable only between runs on the same backend, device and
-versions, which the output records.
+versions, which the output records. `benchmarks/run.py` measures more
+(inference, one process per point, the naive EM baseline side by side).
 
 Usage:
     KERAS_BACKEND=jax python -m benchmarks.matrix_capsnet_train_step \\
@@ -28,32 +29,15 @@ import numpy as np
 import keras_capsules
 from benchmarks import common
 
-# A, B, C and D of the paper: the full network (310K parameters) and the
-# small one (68K).
-CONFIGS = {
-    "full": {"A": 32, "B": 32, "C": 32, "D": 32},
-    "small": {"A": 64, "B": 8, "C": 16, "D": 16},
-}
+CONFIGS = common.MATRIX_CAPSNET_CONFIGS
 NUM_CLASSES = 5
-
-
-def _batch_sizes(text):
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected positive integers separated by commas, got {text!r}"
-        )
-    return sizes
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description="Benchmark MatrixCapsNet training steps."
     )
-    parser.add_argument("--batches", type=_batch_sizes, default=[8, 16, 32],
+    parser.add_argument("--batches", type=common.int_list, default=[8, 16, 32],
                         help="Comma-separated batch sizes.")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="full")
     parser.add_argument("--routing-iterations", type=int, default=3)
@@ -79,9 +63,7 @@ def parse_args(argv=None):
 
 
 def _jit_compile(jit):
-    if jit is None:
-        return keras.backend.backend() != "torch"
-    return jit
+    return common.default_jit_compile(jit)
 
 
 def benchmark_batch(args, batch_size):

@@ -1,0 +1,363 @@
+"""A deliberately naive EM convolutional capsule layer, for comparison only.
+
+`NaiveEMConvCaps` computes what the popular research ports of "Matrix
+capsules with EM routing" compute (the TensorFlow code of
+IBM/matrix-capsules-with-em-routing before its sparse rewrite and the
+PyTorch port yl-1993/Matrix-Capsules-EM-PyTorch), written the way they
+write it, so that `benchmarks/run.py` can measure what
+`keras_capsules.layers.EMConvCaps` saves:
+
+- the `kernel_size` windows are gathered from the flattened capsule grid
+  with `keras.ops.take` and a precomputed index array, then every window
+  pose is repeated once per output type;
+- the transformation matrices are tiled over the batch and the output
+  positions into a materialised `(batch, out_h, out_w, K*K*B, C, 4, 4)`
+  tensor, and the votes are one broadcast `keras.ops.matmul` of the two;
+- EM routing runs separately in every window: each child's assignments
+  are normalised over the output types of that window only
+  (`keras_capsules.ops.em_routing` on per-position votes), so a child in
+  `n` overlapping windows is routed `n` times independently.
+
+The weights have the names, shapes and order of `EMConvCaps` (kernel
+`(kh, kw, B, C, 4, 4)`, `beta_v` and `beta_a` of shape `(C,)`), so
+`naive.set_weights(ours.get_weights())` gives both the same parameters.
+Where windows do not overlap (`strides == kernel_size`) both layers
+compute the same function; elsewhere they differ only in the E-step
+normalisation (see `keras_capsules.ops.em_conv_routing`).
+
+`naive_matrix_capsnet()` builds the `MatrixCapsNet` graph with its two
+`EMConvCaps` replaced by `NaiveEMConvCaps`, under the same layer names, and
+`copy_weights()` moves a `MatrixCapsNet`'s weights into it.
+
+This module is benchmark code, not part of the package: it is not
+registered for saving and is not tested under `tests/`; `python -m
+benchmarks.run --check` compares it with `EMConvCaps`.
+
+Usage:
+    from benchmarks import naive_em
+    naive = naive_em.naive_matrix_capsnet(A=64, B=8, C=16, D=16)
+    naive_em.copy_weights(ours, naive)  # ours: a MatrixCapsNet
+    naive_em.compile_like_matrix_capsnet(naive, jit_compile=True)
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+import keras_capsules
+
+# The official training setting, as `MatrixCapsNet.compile()` uses it; the
+# margin of the spread loss stays at its starting value, 0.2.
+_LEARNING_RATE = 0.01
+_DECAY_STEPS = 20000
+_DECAY_RATE = 0.96
+_SPREAD_MARGIN = 0.2
+
+
+def _pair(value):
+    return (value, value) if isinstance(value, int) else tuple(value)
+
+
+def _window_indices(grid_size, kernel_size, strides):
+    """Flat grid index of every window entry: `(out_h * out_w, kh * kw)`."""
+    height, width = grid_size
+    (kernel_h, kernel_w), (stride_h, stride_w) = kernel_size, strides
+    out_h = (height - kernel_h) // stride_h + 1
+    out_w = (width - kernel_w) // stride_w + 1
+    rows = np.arange(out_h)[:, None] * stride_h + np.arange(kernel_h)
+    cols = np.arange(out_w)[:, None] * stride_w + np.arange(kernel_w)
+    flat = rows[:, None, :, None] * width + cols[None, :, None, :]
+    return flat.reshape(out_h * out_w, kernel_h * kernel_w).astype("int32")
+
+
+class NaiveEMConvCaps(keras.layers.Layer):
+    """EM convolutional capsules as the research ports write them.
+
+    See the module docstring. Only `"valid"` padding, as in those ports.
+
+    Args:
+        num_capsules: The number of output capsule types `C`.
+        kernel_size: Integer or pair, the window. Defaults to `3`.
+        strides: Integer or pair. Defaults to `1`.
+        routing_iterations: The number of EM iterations. Defaults to `3`.
+        final_lambda: The final inverse temperature. Defaults to `0.01`.
+        min_variance: The variance floor. Defaults to `5e-4`.
+        routing_mode: `"official"` or `"paper"`. Defaults to
+            `"official"`.
+        kernel_initializer: Defaults to `TruncatedNormal(stddev=0.3)`.
+        beta_v_initializer: Defaults to `Constant(0.5)`.
+        beta_a_initializer: Defaults to `Constant(0.5)`.
+        kernel_regularizer: Optional regularizer for the kernel. Defaults
+            to `None`.
+        **kwargs: Base layer keyword arguments, such as `name`.
+
+    Call arguments:
+        inputs: A list `[poses, activations]`: poses `(batch, height,
+            width, B, 4, 4)` and activations `(batch, height, width, B)`.
+
+    Returns:
+        A list `[poses, activations]` of shapes `(batch, out_h, out_w, C,
+        4, 4)` and `(batch, out_h, out_w, C)`.
+    """
+
+    def __init__(
+        self,
+        num_capsules,
+        kernel_size=3,
+        strides=1,
+        routing_iterations=3,
+        final_lambda=0.01,
+        min_variance=5e-4,
+        routing_mode="official",
+        kernel_initializer=None,
+        beta_v_initializer=None,
+        beta_a_initializer=None,
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_capsules = num_capsules
+        self.kernel_size = _pair(kernel_size)
+        self.strides = _pair(strides)
+        self.routing_iterations = routing_iterations
+        self.final_lambda = final_lambda
+        self.min_variance = min_variance
+        self.routing_mode = routing_mode
+        if kernel_initializer is None:
+            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.3)
+        if beta_v_initializer is None:
+            beta_v_initializer = keras.initializers.Constant(0.5)
+        if beta_a_initializer is None:
+            beta_a_initializer = keras.initializers.Constant(0.5)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.beta_v_initializer = keras.initializers.get(beta_v_initializer)
+        self.beta_a_initializer = keras.initializers.get(beta_a_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+
+    def build(self, input_shape):
+        self.compute_output_shape(input_shape)
+        pose_shape, _ = input_shape
+        _, height, width, num_in, pose_size, _ = pose_shape
+        # Same names, shapes and creation order as EMConvCaps, so that
+        # get_weights()/set_weights() line up.
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=self.kernel_size
+            + (num_in, self.num_capsules, pose_size, pose_size),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+        )
+        self.beta_v = self.add_weight(
+            name="beta_v",
+            shape=(self.num_capsules,),
+            initializer=self.beta_v_initializer,
+        )
+        self.beta_a = self.add_weight(
+            name="beta_a",
+            shape=(self.num_capsules,),
+            initializer=self.beta_a_initializer,
+        )
+        self._indices = _window_indices(
+            (height, width), self.kernel_size, self.strides
+        )
+
+    def call(self, inputs):
+        poses, activations = inputs
+        _, height, width, num_in, pose_size, _ = poses.shape
+        out_h, out_w = self._output_grid(height, width)
+        window = self.kernel_size[0] * self.kernel_size[1]
+        num_children = window * num_in
+        num_out = self.num_capsules
+        batch = ops.shape(poses)[0]
+        indices = ops.convert_to_tensor(self._indices)
+
+        # Gather the windows from the flattened grid: (batch, positions,
+        # K*K, B, 4, 4), then one row of children per output position.
+        flat_poses = ops.reshape(
+            poses, (-1, height * width, num_in, pose_size, pose_size)
+        )
+        tiles = ops.take(flat_poses, indices, axis=1)
+        tiles = ops.reshape(
+            tiles,
+            (-1, out_h, out_w, num_children, 1, pose_size, pose_size),
+        )
+        # The research code repeats every child pose once per output type
+        # and tiles the transforms over batch and positions before one
+        # broadcast matmul; both copies are kept as they are.
+        tiles = ops.tile(tiles, (1, 1, 1, 1, num_out, 1, 1))
+        kernel = ops.reshape(
+            self.kernel,
+            (1, 1, 1, num_children, num_out, pose_size, pose_size),
+        )
+        kernel = ops.tile(kernel, (batch, out_h, out_w, 1, 1, 1, 1))
+        votes = ops.matmul(tiles, kernel)
+        votes = ops.reshape(
+            votes,
+            (-1, out_h, out_w, num_children, num_out, pose_size * pose_size),
+        )
+
+        flat_activations = ops.reshape(
+            activations, (-1, height * width, num_in)
+        )
+        child_activations = ops.take(flat_activations, indices, axis=1)
+        child_activations = ops.reshape(
+            child_activations, (-1, out_h, out_w, num_children)
+        )
+        # Each window is routed on its own: assignments are normalised over
+        # the output types of the window, not over every parent a child
+        # feeds.
+        out_poses, out_activations = keras_capsules.ops.em_routing(
+            votes,
+            child_activations,
+            self.beta_v,
+            self.beta_a,
+            iterations=self.routing_iterations,
+            final_lambda=self.final_lambda,
+            min_variance=self.min_variance,
+            mode=self.routing_mode,
+        )
+        out_poses = ops.reshape(
+            out_poses, (-1, out_h, out_w, num_out, pose_size, pose_size)
+        )
+        return [out_poses, out_activations]
+
+    def _output_grid(self, height, width):
+        out_h = (height - self.kernel_size[0]) // self.strides[0] + 1
+        out_w = (width - self.kernel_size[1]) // self.strides[1] + 1
+        return out_h, out_w
+
+    def compute_output_shape(self, input_shape):
+        pose_shape, _ = input_shape
+        batch, height, width, _, pose_size, _ = pose_shape
+        out_h, out_w = self._output_grid(height, width)
+        if out_h < 1 or out_w < 1:
+            raise ValueError(
+                "NaiveEMConvCaps: the kernel leaves no output position. "
+                f"Received: input_shape={input_shape}"
+            )
+        return [
+            (batch, out_h, out_w, self.num_capsules, pose_size, pose_size),
+            (batch, out_h, out_w, self.num_capsules),
+        ]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_capsules": self.num_capsules,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "routing_iterations": self.routing_iterations,
+                "final_lambda": self.final_lambda,
+                "min_variance": self.min_variance,
+                "routing_mode": self.routing_mode,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "beta_v_initializer": keras.initializers.serialize(
+                    self.beta_v_initializer
+                ),
+                "beta_a_initializer": keras.initializers.serialize(
+                    self.beta_a_initializer
+                ),
+                "kernel_regularizer": keras.regularizers.serialize(
+                    self.kernel_regularizer
+                ),
+            }
+        )
+        return config
+
+
+def naive_matrix_capsnet(
+    input_shape=(32, 32, 1),
+    num_classes=5,
+    A=32,
+    B=32,
+    C=32,
+    D=32,
+    routing_iterations=3,
+    coordinate_addition=True,
+    weight_decay=2e-7,
+    name="naive_matrix_capsnet",
+):
+    """`MatrixCapsNet`'s graph with `NaiveEMConvCaps` for its `EMConvCaps`.
+
+    The arguments are those of `keras_capsules.models.MatrixCapsNet`, and
+    the layers (`conv1`, `primary_caps`, `conv_caps1`, `conv_caps2`,
+    `class_caps`) have the same names, weights and regularizers, so
+    `copy_weights(matrix_capsnet, naive)` makes the two models share their
+    parameters. Returns an uncompiled functional `keras.Model` mapping
+    images to class activations.
+    """
+
+    def regularizer():
+        if weight_decay == 0:
+            return None
+        return keras.regularizers.L2(weight_decay / 2)
+
+    images = keras.Input(shape=tuple(input_shape), name="images")
+    features = keras.layers.Conv2D(
+        A,
+        5,
+        strides=2,
+        activation="relu",
+        kernel_regularizer=regularizer(),
+        name="conv1",
+    )(images)
+    capsules = keras_capsules.layers.PrimaryMatrixCaps(
+        num_capsules=B,
+        pose_shape=(4, 4),
+        kernel_size=1,
+        kernel_regularizer=regularizer(),
+        name="primary_caps",
+    )(features)
+    for layer_name, num_capsules, strides in (
+        ("conv_caps1", C, 2),
+        ("conv_caps2", D, 1),
+    ):
+        capsules = NaiveEMConvCaps(
+            num_capsules=num_capsules,
+            kernel_size=3,
+            strides=strides,
+            routing_iterations=routing_iterations,
+            kernel_regularizer=regularizer(),
+            name=layer_name,
+        )(capsules)
+    _, activations = keras_capsules.layers.EMClassCaps(
+        num_classes=num_classes,
+        routing_iterations=routing_iterations,
+        coordinate_addition=coordinate_addition,
+        kernel_regularizer=regularizer(),
+        name="class_caps",
+    )(capsules)
+    return keras.Model(images, activations, name=name)
+
+
+def copy_weights(source, target):
+    """Copies the weights of every layer of `target` from the same-named
+    layer of `source` (layers without weights are skipped)."""
+    for layer in target.layers:
+        weights = layer.get_weights()
+        if weights:
+            layer.set_weights(source.get_layer(layer.name).get_weights())
+
+
+def compile_like_matrix_capsnet(model, **kwargs):
+    """Compiles `model` as `MatrixCapsNet.compile()` does, margin fixed.
+
+    Adam with the official exponentially decayed learning rate, the spread
+    loss with a margin of 0.2, and the accuracy of the argmax; `kwargs`
+    (such as `jit_compile`) go to `keras.Model.compile`.
+    """
+    model.compile(
+        optimizer=keras.optimizers.Adam(
+            learning_rate=keras.optimizers.schedules.ExponentialDecay(
+                _LEARNING_RATE,
+                decay_steps=_DECAY_STEPS,
+                decay_rate=_DECAY_RATE,
+            )
+        ),
+        loss=keras_capsules.losses.SpreadLoss(margin=_SPREAD_MARGIN),
+        metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+        **kwargs,
+    )
