@@ -191,11 +191,19 @@ class MatrixCapsNet(keras.Model):
                 return None
             return keras.regularizers.L2(weight_decay / 2)
 
+        # The official initializers: with Keras' fan-in scaled defaults the
+        # poses reaching the class capsules are a few thousandths and the
+        # activations nearly the same for every image, so training barely
+        # starts.
         conv1 = keras.layers.Conv2D(
             A,
             _CONV_KERNEL_SIZE,
             strides=_CONV_STRIDES,
             activation="relu",
+            kernel_initializer=keras.initializers.TruncatedNormal(
+                stddev=0.05
+            ),
+            bias_initializer=keras.initializers.Constant(0.1),
             kernel_regularizer=regularizer(),
             name="conv1",
         )
@@ -203,6 +211,10 @@ class MatrixCapsNet(keras.Model):
             num_capsules=B,
             pose_shape=(4, 4),
             kernel_size=1,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.5),
+            activation_initializer=keras.initializers.TruncatedNormal(
+                stddev=3.0
+            ),
             kernel_regularizer=regularizer(),
             name="primary_caps",
         )
