@@ -65,6 +65,12 @@ class MatrixCapsNet(keras.Model):
     in the paper), and the small network (`A = 64, B = 8, C = D = 16`)
     has 67,154 ("68K").
 
+    Weights start from the official initializers: Conv1 from a truncated
+    normal with standard deviation 0.05 and biases of 0.1, the primary
+    capsules' pose and activation kernels with 0.5 and 3.0, the
+    convolutional capsule transforms with 0.3 and the class transforms
+    with 0.01 (the `EMConvCaps` and `EMClassCaps` defaults).
+
     The spread-loss margin is real state: the model owns `spread_margin`,
     a non-trainable scalar `keras.Variable` that starts at 0.2, and
     `compile()` shares it with its `keras_capsules.losses.SpreadLoss`, so
