@@ -198,7 +198,7 @@ class MatrixCapsNet(keras.Model):
             return keras.regularizers.L2(weight_decay / 2)
 
         # The official initializers. With Keras' fan-in scaled defaults the
-        # poses reaching the class capsules are ten times smaller and the
+        # poses reaching the class capsules are 40 times smaller and the
         # first 200 steps on the MNIST sample stayed at chance; these start
         # from larger poses and left chance sooner (README, Results).
         conv1 = keras.layers.Conv2D(
