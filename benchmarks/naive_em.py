@@ -54,10 +54,6 @@ _DECAY_RATE = 0.96
 _SPREAD_MARGIN = 0.2
 
 
-def _pair(value):
-    return (value, value) if isinstance(value, int) else tuple(value)
-
-
 def _window_indices(grid_size, kernel_size, strides):
     """Flat grid index of every window entry: `(out_h * out_w, kh * kw)`."""
     height, width = grid_size
@@ -70,26 +66,13 @@ def _window_indices(grid_size, kernel_size, strides):
     return flat.reshape(out_h * out_w, kernel_h * kernel_w).astype("int32")
 
 
-class NaiveEMConvCaps(keras.layers.Layer):
+class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
     """EM convolutional capsules as the research ports write them.
 
-    See the module docstring. Only `"valid"` padding, as in those ports.
-
-    Args:
-        num_capsules: The number of output capsule types `C`.
-        kernel_size: Integer or pair, the window. Defaults to `3`.
-        strides: Integer or pair. Defaults to `1`.
-        routing_iterations: The number of EM iterations. Defaults to `3`.
-        final_lambda: The final inverse temperature. Defaults to `0.01`.
-        min_variance: The variance floor. Defaults to `5e-4`.
-        routing_mode: `"official"` or `"paper"`. Defaults to
-            `"official"`.
-        kernel_initializer: Defaults to `TruncatedNormal(stddev=0.3)`.
-        beta_v_initializer: Defaults to `Constant(0.5)`.
-        beta_a_initializer: Defaults to `Constant(0.5)`.
-        kernel_regularizer: Optional regularizer for the kernel. Defaults
-            to `None`.
-        **kwargs: Base layer keyword arguments, such as `name`.
+    See the module docstring. It takes the arguments, weights and output
+    shapes of `keras_capsules.layers.EMConvCaps` (so `get_weights()` and
+    `set_weights()` line up) and replaces only the computation. Only
+    `"valid"` padding, as in those ports.
 
     Call arguments:
         inputs: A list `[poses, activations]`: poses `(batch, height,
@@ -100,63 +83,17 @@ class NaiveEMConvCaps(keras.layers.Layer):
         4, 4)` and `(batch, out_h, out_w, C)`.
     """
 
-    def __init__(
-        self,
-        num_capsules,
-        kernel_size=3,
-        strides=1,
-        routing_iterations=3,
-        final_lambda=0.01,
-        min_variance=5e-4,
-        routing_mode="official",
-        kernel_initializer=None,
-        beta_v_initializer=None,
-        beta_a_initializer=None,
-        kernel_regularizer=None,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.num_capsules = num_capsules
-        self.kernel_size = _pair(kernel_size)
-        self.strides = _pair(strides)
-        self.routing_iterations = routing_iterations
-        self.final_lambda = final_lambda
-        self.min_variance = min_variance
-        self.routing_mode = routing_mode
-        if kernel_initializer is None:
-            kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.3)
-        if beta_v_initializer is None:
-            beta_v_initializer = keras.initializers.Constant(0.5)
-        if beta_a_initializer is None:
-            beta_a_initializer = keras.initializers.Constant(0.5)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.beta_v_initializer = keras.initializers.get(beta_v_initializer)
-        self.beta_a_initializer = keras.initializers.get(beta_a_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+    def __init__(self, num_capsules, **kwargs):
+        super().__init__(num_capsules, **kwargs)
+        if self.padding != "valid":
+            raise ValueError(
+                "NaiveEMConvCaps supports only padding='valid'. "
+                f"Received: padding={self.padding!r}"
+            )
 
     def build(self, input_shape):
-        self.compute_output_shape(input_shape)
-        pose_shape, _ = input_shape
-        _, height, width, num_in, pose_size, _ = pose_shape
-        # Same names, shapes and creation order as EMConvCaps, so that
-        # get_weights()/set_weights() line up.
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=self.kernel_size
-            + (num_in, self.num_capsules, pose_size, pose_size),
-            initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer,
-        )
-        self.beta_v = self.add_weight(
-            name="beta_v",
-            shape=(self.num_capsules,),
-            initializer=self.beta_v_initializer,
-        )
-        self.beta_a = self.add_weight(
-            name="beta_a",
-            shape=(self.num_capsules,),
-            initializer=self.beta_a_initializer,
-        )
+        super().build(input_shape)
+        height, width = input_shape[0][1:3]
         self._indices = _window_indices(
             (height, width), self.kernel_size, self.strides
         )
@@ -164,7 +101,9 @@ class NaiveEMConvCaps(keras.layers.Layer):
     def call(self, inputs):
         poses, activations = inputs
         _, height, width, num_in, pose_size, _ = poses.shape
-        out_h, out_w = self._output_grid(height, width)
+        (_, out_h, out_w, *_), _ = self.compute_output_shape(
+            [poses.shape, activations.shape]
+        )
         window = self.kernel_size[0] * self.kernel_size[1]
         num_children = window * num_in
         num_out = self.num_capsules
@@ -220,52 +159,6 @@ class NaiveEMConvCaps(keras.layers.Layer):
             out_poses, (-1, out_h, out_w, num_out, pose_size, pose_size)
         )
         return [out_poses, out_activations]
-
-    def _output_grid(self, height, width):
-        out_h = (height - self.kernel_size[0]) // self.strides[0] + 1
-        out_w = (width - self.kernel_size[1]) // self.strides[1] + 1
-        return out_h, out_w
-
-    def compute_output_shape(self, input_shape):
-        pose_shape, _ = input_shape
-        batch, height, width, _, pose_size, _ = pose_shape
-        out_h, out_w = self._output_grid(height, width)
-        if out_h < 1 or out_w < 1:
-            raise ValueError(
-                "NaiveEMConvCaps: the kernel leaves no output position. "
-                f"Received: input_shape={input_shape}"
-            )
-        return [
-            (batch, out_h, out_w, self.num_capsules, pose_size, pose_size),
-            (batch, out_h, out_w, self.num_capsules),
-        ]
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_capsules": self.num_capsules,
-                "kernel_size": self.kernel_size,
-                "strides": self.strides,
-                "routing_iterations": self.routing_iterations,
-                "final_lambda": self.final_lambda,
-                "min_variance": self.min_variance,
-                "routing_mode": self.routing_mode,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "beta_v_initializer": keras.initializers.serialize(
-                    self.beta_v_initializer
-                ),
-                "beta_a_initializer": keras.initializers.serialize(
-                    self.beta_a_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-            }
-        )
-        return config
 
 
 def naive_matrix_capsnet(
