@@ -183,46 +183,28 @@ def naive_matrix_capsnet(
     images to class activations.
     """
 
-    def regularizer():
-        if weight_decay == 0:
-            return None
-        return keras.regularizers.L2(weight_decay / 2)
-
-    images = keras.Input(shape=tuple(input_shape), name="images")
-    features = keras.layers.Conv2D(
-        A,
-        5,
-        strides=2,
-        activation="relu",
-        kernel_regularizer=regularizer(),
-        name="conv1",
-    )(images)
-    capsules = keras_capsules.layers.PrimaryMatrixCaps(
-        num_capsules=B,
-        pose_shape=(4, 4),
-        kernel_size=1,
-        kernel_regularizer=regularizer(),
-        name="primary_caps",
-    )(features)
-    for layer_name, num_capsules, strides in (
-        ("conv_caps1", C, 2),
-        ("conv_caps2", D, 1),
-    ):
-        capsules = NaiveEMConvCaps(
-            num_capsules=num_capsules,
-            kernel_size=3,
-            strides=strides,
-            routing_iterations=routing_iterations,
-            kernel_regularizer=regularizer(),
-            name=layer_name,
-        )(capsules)
-    _, activations = keras_capsules.layers.EMClassCaps(
+    # The layers are rebuilt from the configs of a MatrixCapsNet, so the
+    # two graphs cannot drift apart (initializers, regularizers, names).
+    ours = keras_capsules.models.MatrixCapsNet(
+        input_shape=input_shape,
         num_classes=num_classes,
+        A=A,
+        B=B,
+        C=C,
+        D=D,
         routing_iterations=routing_iterations,
         coordinate_addition=coordinate_addition,
-        kernel_regularizer=regularizer(),
-        name="class_caps",
-    )(capsules)
+        weight_decay=weight_decay,
+    )
+
+    def rebuild(layer, cls=None):
+        return (cls or type(layer)).from_config(layer.get_config())
+
+    images = keras.Input(shape=tuple(input_shape), name="images")
+    capsules = rebuild(ours.primary_caps)(rebuild(ours.conv1)(images))
+    for layer in (ours.conv_caps1, ours.conv_caps2):
+        capsules = rebuild(layer, NaiveEMConvCaps)(capsules)
+    _, activations = rebuild(ours.class_caps)(capsules)
     return keras.Model(images, activations, name=name)
 
 
