@@ -102,7 +102,7 @@ class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
         poses, activations = inputs
         _, height, width, num_in, pose_size, _ = poses.shape
         (_, out_h, out_w, *_), _ = self.compute_output_shape(
-            [poses.shape, activations.shape]
+            [tuple(poses.shape), tuple(activations.shape)]
         )
         window = self.kernel_size[0] * self.kernel_size[1]
         num_children = window * num_in
