@@ -10,6 +10,8 @@ from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules._validation import patch_geometry
+from keras_capsules.ops._children import spread_children
+from keras_capsules.ops._children import sum_children
 from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops.patches import _coverage_counts
 from keras_capsules.ops.patches import extract_capsule_patches
@@ -308,21 +310,24 @@ def em_routing(
     beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
 
     # R starts uniform over the parents (Procedure 1, line 2).
-    assignments = ops.ones_like(votes[..., 0]) / num_out
+    assignments = ops.ones_like(votes[..., :1]) / num_out
     mean, logit, assignments = _em_iterations(
         votes,
-        activations,
-        beta_v,
-        beta_a,
+        activations[..., None, None],
+        ops.reshape(beta_v, (-1, 1)),
+        ops.reshape(beta_a, (-1, 1)),
         assignments,
-        child_axes=(-2,),
-        normalize=lambda log_p: ops.softmax(log_p, axis=-1),
+        normalize=lambda log_p: ops.softmax(log_p, axis=-2),
+        child_axis=-3,
+        pose_axes=(-1,),
         **options,
     )
     poses = ops.cast(ops.squeeze(mean, axis=-3), dtype)
-    probabilities = ops.cast(ops.sigmoid(ops.squeeze(logit, axis=-2)), dtype)
+    probabilities = ops.cast(
+        ops.sigmoid(ops.squeeze(logit, axis=(-3, -1))), dtype
+    )
     if return_assignments:
-        return poses, probabilities, ops.cast(assignments, dtype)
+        return poses, probabilities, ops.cast(assignments[..., 0], dtype)
     return poses, probabilities
 
 
@@ -476,76 +481,175 @@ def em_conv_routing(
             "Arguments votes and activations must have the same batch "
             f"size. Received: votes.shape={votes_shape}"
         )
-    num_out, pose_size = votes_shape[4:]
-    dtype, compute_dtype = compute_dtypes(votes)
-    votes = ops.cast(votes, compute_dtype)
-    votes = ops.reshape(
+    return _em_conv_routing(
         votes,
-        (-1, out_h, out_w, kernel_h, kernel_w, num_in, num_out, pose_size),
-    )
-    beta_v = _em_beta(beta_v, "beta_v", num_out, compute_dtype)
-    beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
-    child_activations = extract_capsule_patches(
-        ops.cast(activations, compute_dtype), kernel_size, strides, padding
+        activations,
+        beta_v,
+        beta_a,
+        kernel_size,
+        strides,
+        padding,
+        children_first=False,
+        return_assignments=return_assignments,
+        **options,
     )
 
+
+def _em_conv_routing(
+    votes,
+    activations,
+    beta_v,
+    beta_a,
+    kernel_size,
+    strides,
+    padding,
+    children_first,
+    return_assignments,
+    **options,
+):
+    """`em_conv_routing` on checked arguments, in one of two vote layouts.
+
+    With `children_first=False`, `votes` is `(batch, out_h, out_w,
+    children, num_out, pose_size)` as in `em_conv_routing`. With
+    `children_first=True` it is `(children, batch, out_h, out_w, pose_rows,
+    num_out, pose_cols)`, the layout in which a batched matmul over
+    `(kernel row, kernel column, input type)` produces the votes
+    (`EMConvCaps` on TensorFlow): routing there reads the votes as they
+    were written instead of through a transpose, and every sum over the
+    children runs over the leading axis. Returns poses `(batch, out_h,
+    out_w, num_out, pose_size)`, probabilities `(batch, out_h, out_w,
+    num_out)` and, if asked, assignments `(batch, out_h, out_w, children,
+    num_out)`.
+    """
+    height, width, num_in = activations.shape[1:]
+    kernel_h, kernel_w = kernel_size
+    (out_h, out_w), _ = patch_geometry(
+        (height, width), kernel_size, strides, padding
+    )
+    num_children = kernel_h * kernel_w * num_in
+    dtype, compute_dtype = compute_dtypes(votes)
+    votes = ops.cast(votes, compute_dtype)
+    if children_first:
+        num_out = votes.shape[5]
+        pose_size = votes.shape[4] * votes.shape[6]
+        child_axis, pose_axes = 0, (4, 6)
+    else:
+        num_out, pose_size = votes.shape[4:]
+        child_axis, pose_axes = 3, (5,)
+    beta_v = ops.reshape(
+        _em_beta(beta_v, "beta_v", num_out, compute_dtype), (-1, 1)
+    )
+    beta_a = ops.reshape(
+        _em_beta(beta_a, "beta_a", num_out, compute_dtype), (-1, 1)
+    )
+
+    # Child-level tensors (no parent axis) move between the routing layout
+    # and the tiles (batch, out_h, out_w, kernel_h, kernel_w, num_in) that
+    # the folds take; only these small tensors are ever transposed.
+    tiles_shape = (-1, out_h, out_w, kernel_h, kernel_w, num_in)
+
+    def to_tiles(x):
+        if children_first:
+            x = ops.transpose(x, (1, 2, 3, 0))
+        return ops.reshape(x, tiles_shape)
+
+    def from_tiles(x):
+        x = ops.reshape(x, (-1, out_h, out_w, num_children))
+        if children_first:
+            x = ops.transpose(x, (3, 0, 1, 2))
+        return x
+
+    def with_pose_axes(x):
+        # (children-level..., num_out) -> the routing layout.
+        if children_first:
+            return x[:, :, :, :, None, :, None]
+        return x[..., None]
+
+    child_activations = from_tiles(
+        extract_capsule_patches(
+            ops.cast(activations, compute_dtype), kernel_size, strides, padding
+        )
+    )
     # How many windows contain the child behind each window entry (0 for
     # the zero padding): static, so it is a constant of the graph.
     counts = _window_entry_counts(
         (height, width), kernel_size, strides, padding
     )
-    counts = np.reshape(counts, (1, out_h, out_w, kernel_h, kernel_w, 1, 1))
+    counts = np.broadcast_to(
+        counts[..., None], (out_h, out_w, kernel_h, kernel_w, num_in)
+    ).reshape(1, out_h, out_w, num_children)
+    if children_first:
+        counts = np.transpose(counts, (3, 0, 1, 2))
     real = ops.convert_to_tensor((counts > 0).astype(compute_dtype))
-    uniform = ops.convert_to_tensor(
-        ((counts > 0) / (num_out * np.maximum(counts, 1))).astype(compute_dtype)
+    uniform = (counts > 0) / (num_out * np.maximum(counts, 1))
+    uniform = ops.convert_to_tensor(uniform.astype(compute_dtype))
+    assignments = with_pose_axes(
+        ops.ones_like(child_activations)[..., None]
+        * ops.ones((num_out,), compute_dtype)
+        * uniform[..., None]
     )
-    assignments = ops.ones_like(votes[..., 0]) * uniform
     fold_epsilon = options["epsilon"]
 
     def normalize(log_p):
+        log_p = ops.squeeze(log_p, axis=pose_axes)
         local_max = ops.max(log_p, axis=-1)
-        child_max = extract_capsule_patches(
-            fold_capsule_patches(
-                local_max, (height, width), strides, padding, "max"
-            ),
-            kernel_size,
-            strides,
-            padding,
+        child_max = from_tiles(
+            extract_capsule_patches(
+                fold_capsule_patches(
+                    to_tiles(local_max),
+                    (height, width),
+                    strides,
+                    padding,
+                    "max",
+                ),
+                kernel_size,
+                strides,
+                padding,
+            )
         )
         # In padding entries the folded maximum reads 0; the local maximum
         # still bounds their exponentials by 1.
         shift = ops.stop_gradient(ops.maximum(child_max, local_max))
         exp = ops.exp(log_p - ops.expand_dims(shift, -1))
-        total = extract_capsule_patches(
-            fold_capsule_patches(
-                ops.sum(exp, axis=-1), (height, width), strides, padding
-            ),
-            kernel_size,
-            strides,
-            padding,
+        total = from_tiles(
+            extract_capsule_patches(
+                fold_capsule_patches(
+                    to_tiles(ops.sum(exp, axis=-1)),
+                    (height, width),
+                    strides,
+                    padding,
+                ),
+                kernel_size,
+                strides,
+                padding,
+            )
         )
         total = ops.maximum(total, fold_epsilon)
-        return exp / ops.expand_dims(total, -1) * real
+        return with_pose_axes(
+            exp / ops.expand_dims(total, -1) * ops.expand_dims(real, -1)
+        )
 
     mean, logit, assignments = _em_iterations(
         votes,
-        child_activations,
+        with_pose_axes(child_activations[..., None]),
         beta_v,
         beta_a,
         assignments,
-        child_axes=(-4, -3, -2),
         normalize=normalize,
+        child_axis=child_axis,
+        pose_axes=pose_axes,
         **options,
     )
+    if children_first:
+        mean = ops.transpose(ops.squeeze(mean, axis=0), (0, 1, 2, 4, 3, 5))
     poses = ops.reshape(mean, (-1, out_h, out_w, num_out, pose_size))
     probabilities = ops.sigmoid(ops.reshape(logit, (-1, out_h, out_w, num_out)))
     poses = ops.cast(poses, dtype)
     probabilities = ops.cast(probabilities, dtype)
     if return_assignments:
-        assignments = ops.reshape(
-            assignments,
-            (-1, out_h, out_w, kernel_h * kernel_w * num_in, num_out),
-        )
+        assignments = ops.squeeze(assignments, axis=pose_axes)
+        if children_first:
+            assignments = ops.transpose(assignments, (1, 2, 3, 0, 4))
         return poses, probabilities, ops.cast(assignments, dtype)
     return poses, probabilities
 
@@ -556,8 +660,9 @@ def _em_iterations(
     beta_v,
     beta_a,
     assignments,
-    child_axes,
     normalize,
+    child_axis,
+    pose_axes,
     iterations,
     final_lambda,
     min_variance,
@@ -566,13 +671,15 @@ def _em_iterations(
 ):
     """Runs the M- and E-steps; returns the last mean, logit and R.
 
-    `votes` is `(..., children..., num_out, pose_size)`, `activations`
-    `(..., children...)` and `assignments` `(..., children..., num_out)`;
-    `child_axes` are the (negative) children axes of `assignments`.
+    Every tensor has the rank of `votes`, whose `child_axis` holds the
+    children, `pose_axes` the pose elements and one more axis the parents;
+    `activations` and `assignments` have size 1 on the axes they lack
+    (parents, pose), `beta_v` and `beta_a` broadcast along the parents.
+    The mean and the logit keep the children axis with size 1, and the
+    logit the pose axes too.
     """
-    pose_size = votes.shape[-1]
-    vote_axes = tuple(axis - 1 for axis in child_axes)
-    activations = ops.expand_dims(activations, -1)
+    pose_size = int(np.prod([votes.shape[axis] for axis in pose_axes]))
+    num_in = votes.shape[child_axis]
     mean = None
     for iteration in range(iterations):
         if mode == "official":
@@ -582,11 +689,13 @@ def _em_iterations(
         else:
             inverse_temperature = final_lambda * (iteration + 1) / iterations
 
-        # Procedure 1, M-step.
+        # Procedure 1, M-step. Every sum over the children and every
+        # parent statistic sent back to them goes through sum_children /
+        # spread_children, the fast forms on XLA (see ops/_children.py).
         weighted = assignments * activations
-        mass = ops.sum(weighted, axis=child_axes, keepdims=True) + epsilon
-        weights = ops.expand_dims(weighted / mass, -1)
-        new_mean = ops.sum(weights * votes, axis=vote_axes, keepdims=True)
+        mass = sum_children(weighted, child_axis) + epsilon
+        weights = weighted / spread_children(mass, child_axis, num_in)
+        new_mean = sum_children(weights * votes, child_axis)
         if mode == "paper":
             mean = new_mean
         elif mean is None:
@@ -595,11 +704,15 @@ def _em_iterations(
             mean = (
                 1.0 - _OFFICIAL_MEAN_MOMENTUM
             ) * new_mean + _OFFICIAL_MEAN_MOMENTUM * mean
-        squared_deviation = ops.square(votes - mean)
-        variance = min_variance + ops.sum(
-            weights * squared_deviation, axis=vote_axes, keepdims=True
+        squared_deviation = ops.square(
+            votes - spread_children(mean, child_axis, num_in)
         )
-        sum_log_variance = ops.sum(ops.log(variance), axis=-1)
+        variance = min_variance + sum_children(
+            weights * squared_deviation, child_axis
+        )
+        sum_log_variance = ops.sum(
+            ops.log(variance), axis=pose_axes, keepdims=True
+        )
         if mode == "official":
             logit = inverse_temperature * (
                 mass
@@ -615,10 +728,14 @@ def _em_iterations(
 
         # Procedure 1, E-step, in the log domain so that distant votes
         # cannot underflow every parent of a child to zero.
-        log_p = (
-            ops.log_sigmoid(logit)
-            - 0.5 * (pose_size * _LOG_2PI + sum_log_variance)
-            - ops.sum(squared_deviation / (2.0 * variance), axis=-1)
+        log_prior = ops.log_sigmoid(logit) - 0.5 * (
+            pose_size * _LOG_2PI + sum_log_variance
+        )
+        log_p = spread_children(log_prior, child_axis, num_in) - ops.sum(
+            squared_deviation
+            / (2.0 * spread_children(variance, child_axis, num_in)),
+            axis=pose_axes,
+            keepdims=True,
         )
         assignments = normalize(log_p)
     return mean, logit, assignments

@@ -1,0 +1,136 @@
+import keras
+import numpy as np
+from absl.testing import parameterized
+
+from keras_capsules.ops import _children
+from keras_capsules.ops import routing
+from keras_capsules.testing import TestCase
+
+
+class _Probe(keras.layers.Layer):
+    """`sum(sum_children(w * x) * u) + sum(spread_children(s) * x * u2)`,
+    written with the helpers or with plain sums and broadcasting."""
+
+    def __init__(self, x, u, u2, plain, **kwargs):
+        super().__init__(**kwargs)
+        self.x, self.u, self.u2, self.plain = x, u, u2, plain
+
+    def build(self, input_shape):
+        rng = np.random.default_rng(0)
+        self.w = self.add_weight(
+            shape=self.x.shape,
+            initializer=keras.initializers.Constant(
+                rng.normal(size=self.x.shape)
+            ),
+        )
+        self.s = self.add_weight(
+            shape=(1,) + self.x.shape[1:],
+            initializer=keras.initializers.Constant(
+                rng.normal(size=(1,) + self.x.shape[1:])
+            ),
+        )
+
+    def call(self, inputs):
+        x, u, u2 = (
+            keras.ops.convert_to_tensor(a) for a in (self.x, self.u, self.u2)
+        )
+        size = self.x.shape[0]
+        if self.plain:
+            total = keras.ops.sum(self.w * x, axis=0, keepdims=True)
+            spread = self.s
+        else:
+            total = _children.sum_children(self.w * x, 0)
+            spread = _children.spread_children(self.s, 0, size)
+        value = keras.ops.sum(total * u) + keras.ops.sum(spread * x * u2)
+        return keras.ops.zeros_like(inputs) + value
+
+
+def _one_sgd_step(plain, x, u, u2):
+    probe = _Probe(x, u, u2, plain)
+    inputs = keras.Input((1,))
+    model = keras.Model(inputs, probe(inputs))
+    model.compile(
+        optimizer=keras.optimizers.SGD(1.0), loss=lambda y, p: p[:, 0]
+    )
+    before = [np.array(v) for v in probe.get_weights()]
+    model.fit(np.ones((1, 1), "float32"), np.zeros((1, 1)), verbose=0)
+    after = probe.get_weights()
+    return [b - a for b, a in zip(before, after)]
+
+
+class ChildrenSumTest(TestCase):
+    @parameterized.parameters(1, 2, 7, 12, 288, 31)
+    def test_chunked_sum_matches_numpy(self, size):
+        x = np.random.default_rng(size).normal(size=(3, size, 5))
+        x = x.astype("float32")
+        actual = _children._chunked_sum(keras.ops.convert_to_tensor(x), 1)
+        self.assertAllClose(actual, x.sum(axis=1, keepdims=True), atol=1e-5)
+
+    def test_values_and_gradients_match_plain_sums(self):
+        rng = np.random.default_rng(1)
+        x = rng.normal(size=(18, 2, 3)).astype("float32")
+        u = rng.normal(size=(1, 2, 3)).astype("float32")
+        u2 = rng.normal(size=(18, 2, 3)).astype("float32")
+        expected = _one_sgd_step(True, x, u, u2)
+        actual = _one_sgd_step(False, x, u, u2)
+        # d/dw = x * u broadcast; d/ds = sum over children of x * u2.
+        self.assertAllClose(expected[0], x * u, atol=1e-5)
+        self.assertAllClose(
+            expected[1], (x * u2).sum(axis=0, keepdims=True), atol=1e-5
+        )
+        for a, e in zip(actual, expected):
+            self.assertAllClose(a, e, atol=1e-5)
+
+
+class ConvRoutingLayoutTest(TestCase):
+    """The children-first layout (EMConvCaps on TensorFlow) routes exactly
+    as the positions-first one, on every backend."""
+
+    @parameterized.named_parameters(
+        ("k3_s2_valid", 7, 3, 2, "valid", "official"),
+        ("k3_s1_same", 5, 3, 1, "same", "paper"),
+    )
+    def test_layouts_agree(self, size, kernel, stride, padding, mode):
+        rng = np.random.default_rng(2)
+        num_in, num_out, batch = 3, 4, 2
+        (out_h, out_w), _ = routing.patch_geometry(
+            (size, size), (kernel, kernel), (stride, stride), padding
+        )
+        children = kernel * kernel * num_in
+        votes = rng.normal(size=(batch, out_h, out_w, children, num_out, 16))
+        votes = votes.astype("float32")
+        activations = rng.uniform(size=(batch, size, size, num_in))
+        activations = activations.astype("float32")
+        beta_v = rng.normal(size=num_out).astype("float32")
+        beta_a = rng.normal(size=num_out).astype("float32")
+        options = routing._check_em_options(3, 0.01, 5e-4, None, mode)
+        arguments = ((kernel, kernel), (stride, stride), padding)
+        expected = routing._em_conv_routing(
+            votes,
+            activations,
+            beta_v,
+            beta_a,
+            *arguments,
+            children_first=False,
+            return_assignments=True,
+            **options,
+        )
+        # (batch, h, w, children, out, 4 * 4) -> (children, batch, h, w,
+        # 4, out, 4).
+        children_first = np.reshape(
+            votes, (batch, out_h, out_w, children, num_out, 4, 4)
+        ).transpose(3, 0, 1, 2, 5, 4, 6)
+        actual = routing._em_conv_routing(
+            children_first,
+            activations,
+            beta_v,
+            beta_a,
+            *arguments,
+            children_first=True,
+            return_assignments=True,
+            **options,
+        )
+        for a, e in zip(actual, expected):
+            self.assertEqual(tuple(a.shape), tuple(e.shape))
+            # Three iterations of float32 arithmetic in another order.
+            self.assertAllClose(a, e, atol=1e-4, rtol=1e-4)
