@@ -12,6 +12,8 @@ from keras_capsules._validation import normalize_pair
 from keras_capsules._validation import patch_geometry
 from keras_capsules.ops._children import spread_children
 from keras_capsules.ops._children import sum_children
+from keras_capsules.ops._children import sum_pose_over_variance
+from keras_capsules.ops._children import weighted_sum_children
 from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops.patches import _coverage_counts
 from keras_capsules.ops.patches import extract_capsule_patches
@@ -690,12 +692,12 @@ def _em_iterations(
             inverse_temperature = final_lambda * (iteration + 1) / iterations
 
         # Procedure 1, M-step. Every sum over the children and every
-        # parent statistic sent back to them goes through sum_children /
-        # spread_children, the fast forms on XLA (see ops/_children.py).
+        # parent statistic sent back to them goes through the helpers of
+        # ops/_children.py, which pick the fast form for each backend.
         weighted = assignments * activations
         mass = sum_children(weighted, child_axis) + epsilon
         weights = weighted / spread_children(mass, child_axis, num_in)
-        new_mean = sum_children(weights * votes, child_axis)
+        new_mean = weighted_sum_children(weights, votes, child_axis, pose_axes)
         if mode == "paper":
             mean = new_mean
         elif mean is None:
@@ -707,8 +709,8 @@ def _em_iterations(
         squared_deviation = ops.square(
             votes - spread_children(mean, child_axis, num_in)
         )
-        variance = min_variance + sum_children(
-            weights * squared_deviation, child_axis
+        variance = min_variance + weighted_sum_children(
+            weights, squared_deviation, child_axis, pose_axes
         )
         sum_log_variance = ops.sum(
             ops.log(variance), axis=pose_axes, keepdims=True
@@ -731,11 +733,10 @@ def _em_iterations(
         log_prior = ops.log_sigmoid(logit) - 0.5 * (
             pose_size * _LOG_2PI + sum_log_variance
         )
-        log_p = spread_children(log_prior, child_axis, num_in) - ops.sum(
-            squared_deviation
-            / (2.0 * spread_children(variance, child_axis, num_in)),
-            axis=pose_axes,
-            keepdims=True,
+        log_p = spread_children(
+            log_prior, child_axis, num_in
+        ) - sum_pose_over_variance(
+            squared_deviation, variance, child_axis, pose_axes
         )
         assignments = normalize(log_p)
     return mean, logit, assignments
