@@ -15,9 +15,7 @@ plain `reduce` that differentiating a broadcast produces. With JAX (a
 newer XLA) the chunked form measured slower (EMConvCaps 14x14x32 -> 32,
 batch 8: 2.1 s per training step against 1.7 s), and PyTorch runs
 eagerly, where its own `sum` is the fast path: both get plain sums and
-broadcasting. On PyTorch the weighted sums are einsums instead of a
-product and a sum (the whole MatrixCapsNet training step at batch 8:
-4.6 s against 5.5 s).
+broadcasting.
 """
 
 import keras
@@ -91,41 +89,3 @@ def spread_children(x, axis, size):
         return ops.repeat(x, size, axis=axis), grad
 
     return spread(x)
-
-
-def _contracts(x, child_axis, pose_axes):
-    # PyTorch runs eagerly: every elementwise product of the votes is a new
-    # vote-sized tensor (and another in the backward pass), so there the
-    # weighted sums of the positions-first layout `(..., children, parents,
-    # pose)` are einsums (batched matmuls) that never materialise it.
-    rank = len(x.shape)
-    return (
-        keras.backend.backend() == "torch"
-        and child_axis % rank == rank - 3
-        and tuple(axis % rank for axis in pose_axes) == (rank - 1,)
-    )
-
-
-def weighted_sum_children(weights, x, child_axis, pose_axes):
-    """`sum_children(weights * x, child_axis)`; `weights` has size 1 on
-    the pose axes."""
-    if _contracts(x, child_axis, pose_axes):
-        total = ops.einsum("...kc,...kcp->...cp", weights[..., 0], x)
-        return ops.expand_dims(total, -3)
-    return sum_children(weights * x, child_axis)
-
-
-def sum_pose_over_variance(x, variance, child_axis, pose_axes):
-    """`sum(x / (2 * variance), pose_axes, keepdims=True)` with `variance`
-    spread over the children."""
-    if _contracts(x, child_axis, pose_axes):
-        total = ops.einsum(
-            "...kcp,...cp->...kc", x, 0.5 / variance[..., 0, :, :]
-        )
-        return ops.expand_dims(total, -1)
-    num_in = x.shape[child_axis]
-    return ops.sum(
-        x / (2.0 * spread_children(variance, child_axis, num_in)),
-        axis=pose_axes,
-        keepdims=True,
-    )

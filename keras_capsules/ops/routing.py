@@ -12,8 +12,6 @@ from keras_capsules._validation import normalize_pair
 from keras_capsules._validation import patch_geometry
 from keras_capsules.ops._children import spread_children
 from keras_capsules.ops._children import sum_children
-from keras_capsules.ops._children import sum_pose_over_variance
-from keras_capsules.ops._children import weighted_sum_children
 from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops.patches import _coverage_counts
 from keras_capsules.ops.patches import extract_capsule_patches
@@ -692,12 +690,12 @@ def _em_iterations(
             inverse_temperature = final_lambda * (iteration + 1) / iterations
 
         # Procedure 1, M-step. Every sum over the children and every
-        # parent statistic sent back to them goes through the helpers of
-        # ops/_children.py, which pick the fast form for each backend.
+        # parent statistic sent back to them goes through sum_children /
+        # spread_children, the fast forms on XLA (see ops/_children.py).
         weighted = assignments * activations
         mass = sum_children(weighted, child_axis) + epsilon
         weights = weighted / spread_children(mass, child_axis, num_in)
-        new_mean = weighted_sum_children(weights, votes, child_axis, pose_axes)
+        new_mean = sum_children(weights * votes, child_axis)
         if mode == "paper":
             mean = new_mean
         elif mean is None:
@@ -709,8 +707,8 @@ def _em_iterations(
         squared_deviation = ops.square(
             votes - spread_children(mean, child_axis, num_in)
         )
-        variance = min_variance + weighted_sum_children(
-            weights, squared_deviation, child_axis, pose_axes
+        variance = min_variance + sum_children(
+            weights * squared_deviation, child_axis
         )
         sum_log_variance = ops.sum(
             ops.log(variance), axis=pose_axes, keepdims=True
@@ -733,10 +731,11 @@ def _em_iterations(
         log_prior = ops.log_sigmoid(logit) - 0.5 * (
             pose_size * _LOG_2PI + sum_log_variance
         )
-        log_p = spread_children(
-            log_prior, child_axis, num_in
-        ) - sum_pose_over_variance(
-            squared_deviation, variance, child_axis, pose_axes
+        log_p = spread_children(log_prior, child_axis, num_in) - ops.sum(
+            squared_deviation
+            / (2.0 * spread_children(variance, child_axis, num_in)),
+            axis=pose_axes,
+            keepdims=True,
         )
         assignments = normalize(log_p)
     return mean, logit, assignments
