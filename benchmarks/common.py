@@ -10,7 +10,6 @@ naming a CUDA device creates its context.
 """
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -205,9 +204,3 @@ def _num_images(x):
     first = x[0] if isinstance(x, (list, tuple)) else x
     return len(first)
 
-
-def print_result(result, json_path=None):
-    print(json.dumps(result, indent=2, sort_keys=True))
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(result, f, indent=2, sort_keys=True)
