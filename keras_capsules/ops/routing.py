@@ -691,7 +691,7 @@ def _em_iterations(
 
         # Procedure 1, M-step. Every sum over the children and every
         # parent statistic sent back to them goes through sum_children /
-        # spread_children, the fast forms on XLA (see ops/_children.py).
+        # spread_children, chunked on TensorFlow (see ops/_children.py).
         weighted = assignments * activations
         mass = sum_children(weighted, child_axis) + epsilon
         weights = weighted / spread_children(mass, child_axis, num_in)
