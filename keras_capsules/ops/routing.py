@@ -314,8 +314,8 @@ def em_routing(
     mean, logit, assignments = _em_iterations(
         votes,
         activations[..., None, None],
-        ops.reshape(beta_v, (-1, 1)),
-        ops.reshape(beta_a, (-1, 1)),
+        beta_v,
+        beta_a,
         assignments,
         normalize=lambda log_p: ops.softmax(log_p, axis=-2),
         child_axis=-3,
@@ -536,12 +536,8 @@ def _em_conv_routing(
     else:
         num_out, pose_size = votes.shape[4:]
         child_axis, pose_axes = 3, (5,)
-    beta_v = ops.reshape(
-        _em_beta(beta_v, "beta_v", num_out, compute_dtype), (-1, 1)
-    )
-    beta_a = ops.reshape(
-        _em_beta(beta_a, "beta_a", num_out, compute_dtype), (-1, 1)
-    )
+    beta_v = _em_beta(beta_v, "beta_v", num_out, compute_dtype)
+    beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
 
     # Child-level tensors (no parent axis) move between the routing layout
     # and the tiles (batch, out_h, out_w, kernel_h, kernel_w, num_in) that
@@ -767,6 +763,8 @@ def _check_activations_shape(act_shape, expected):
 
 
 def _em_beta(beta, name, num_out, dtype):
+    """`beta` checked and cast, as a column: in every routing layout the
+    parents axis is followed by a (pose) axis of size 1."""
     beta = ops.cast(beta, dtype)
     shape = tuple(beta.shape)
     if not _broadcasts_to(shape, (num_out,)):
@@ -774,7 +772,7 @@ def _em_beta(beta, name, num_out, dtype):
             f"Argument {name} must broadcast to (num_out,) = ({num_out},). "
             f"Received: {name}.shape={shape}"
         )
-    return beta
+    return ops.reshape(beta, (-1, 1))
 
 
 def _window_entry_counts(grid_size, kernel_size, strides, padding):
