@@ -10,8 +10,11 @@ from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules._validation import patch_geometry
+from keras_capsules.ops._children import deviation_energy
 from keras_capsules.ops._children import spread_children
 from keras_capsules.ops._children import sum_children
+from keras_capsules.ops._children import weighted_mean
+from keras_capsules.ops._children import weighted_variance
 from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops.patches import _coverage_counts
 from keras_capsules.ops.patches import extract_capsule_patches
@@ -686,12 +689,14 @@ def _em_iterations(
             inverse_temperature = final_lambda * (iteration + 1) / iterations
 
         # Procedure 1, M-step. Every sum over the children and every
-        # parent statistic sent back to them goes through sum_children /
-        # spread_children, chunked on TensorFlow (see ops/_children.py).
+        # parent statistic sent back to them goes through the helpers of
+        # ops/_children.py: chunked sums on TensorFlow, and gradients of
+        # the three vote-sized steps written out so that the backward pass
+        # keeps no vote-sized intermediate.
         weighted = assignments * activations
         mass = sum_children(weighted, child_axis) + epsilon
         weights = weighted / spread_children(mass, child_axis, num_in)
-        new_mean = sum_children(weights * votes, child_axis)
+        new_mean = weighted_mean(weights, votes, child_axis)
         if mode == "paper":
             mean = new_mean
         elif mean is None:
@@ -700,11 +705,8 @@ def _em_iterations(
             mean = (
                 1.0 - _OFFICIAL_MEAN_MOMENTUM
             ) * new_mean + _OFFICIAL_MEAN_MOMENTUM * mean
-        squared_deviation = ops.square(
-            votes - spread_children(mean, child_axis, num_in)
-        )
-        variance = min_variance + sum_children(
-            weights * squared_deviation, child_axis
+        variance = min_variance + weighted_variance(
+            weights, votes, mean, child_axis
         )
         sum_log_variance = ops.sum(
             ops.log(variance), axis=pose_axes, keepdims=True
@@ -727,12 +729,9 @@ def _em_iterations(
         log_prior = ops.log_sigmoid(logit) - 0.5 * (
             pose_size * _LOG_2PI + sum_log_variance
         )
-        log_p = spread_children(log_prior, child_axis, num_in) - ops.sum(
-            squared_deviation
-            / (2.0 * spread_children(variance, child_axis, num_in)),
-            axis=pose_axes,
-            keepdims=True,
-        )
+        log_p = spread_children(
+            log_prior, child_axis, num_in
+        ) - deviation_energy(votes, mean, variance, child_axis, pose_axes)
         assignments = normalize(log_p)
     return mean, logit, assignments
 

@@ -82,6 +82,144 @@ class ChildrenSumTest(TestCase):
             self.assertAllClose(a, e, atol=1e-5)
 
 
+class _FunctionProbe(keras.layers.Layer):
+    """`sum(function(*weights) * upstream)`, every argument a weight."""
+
+    def __init__(self, function, arrays, upstream, **kwargs):
+        super().__init__(**kwargs)
+        self.function, self.arrays, self.upstream = function, arrays, upstream
+
+    def build(self, input_shape):
+        self.arguments = [
+            self.add_weight(
+                shape=a.shape, initializer=keras.initializers.Constant(a)
+            )
+            for a in self.arrays
+        ]
+
+    def call(self, inputs):
+        value = self.function(*self.arguments)
+        upstream = keras.ops.convert_to_tensor(self.upstream)
+        value = keras.ops.sum(value * upstream)
+        return keras.ops.zeros_like(inputs) + value
+
+
+def _value_and_gradients(function, arrays, upstream):
+    probe = _FunctionProbe(function, arrays, upstream)
+    inputs = keras.Input((1,))
+    model = keras.Model(inputs, probe(inputs))
+    model.compile(
+        optimizer=keras.optimizers.SGD(1.0), loss=lambda y, p: p[:, 0]
+    )
+    value = model.predict(np.ones((1, 1), "float32"), verbose=0)[0, 0]
+    model.fit(np.ones((1, 1), "float32"), np.zeros((1, 1)), verbose=0)
+    after = probe.get_weights()
+    return value, [b - a for b, a in zip(arrays, after)]
+
+
+class FusedStepsTest(TestCase):
+    """The M- and E-step sums against NumPy, values and gradients (written
+    by hand on TensorFlow, automatic elsewhere)."""
+
+    # Children-first layout: (children, batch, pose rows, parents, pose
+    # columns); the children axis is 0, the pose axes are 2 and 4.
+    shape = (6, 2, 2, 3, 2)
+    pose_axes = (2, 4)
+
+    def arrays(self, weights_shape):
+        rng = np.random.default_rng(3)
+        votes = rng.normal(size=self.shape).astype("float32")
+        weights = rng.uniform(0.1, 1.0, size=weights_shape)
+        mean = rng.normal(size=(1,) + self.shape[1:])
+        variance = rng.uniform(0.5, 2.0, size=(1,) + self.shape[1:])
+        return [
+            a.astype("float32") for a in (votes, weights, mean, variance)
+        ]
+
+    @parameterized.named_parameters(
+        ("per_parent", (6, 2, 1, 3, 1)), ("shared_by_parents", (6, 2, 1, 1, 1))
+    )
+    def test_weighted_mean(self, weights_shape):
+        votes, weights, _, _ = self.arrays(weights_shape)
+        upstream = np.random.default_rng(4).normal(size=(1,) + self.shape[1:])
+        upstream = upstream.astype("float32")
+        value, (d_weights, d_votes) = _value_and_gradients(
+            lambda w, v: _children.weighted_mean(w, v, 0),
+            [weights, votes],
+            upstream,
+        )
+        mean = (weights * votes).sum(axis=0, keepdims=True)
+        axes = tuple(
+            i for i, n in enumerate(weights_shape) if n == 1 and i != 0
+        )
+        self.assertAllClose(value, (mean * upstream).sum(), atol=1e-4)
+        self.assertAllClose(
+            d_weights,
+            (votes * upstream).sum(axis=axes, keepdims=True),
+            atol=1e-4,
+        )
+        self.assertAllClose(
+            d_votes, np.broadcast_to(weights * upstream, votes.shape), atol=1e-5
+        )
+
+    @parameterized.named_parameters(
+        ("per_parent", (6, 2, 1, 3, 1)), ("shared_by_parents", (6, 2, 1, 1, 1))
+    )
+    def test_weighted_variance(self, weights_shape):
+        votes, weights, mean, _ = self.arrays(weights_shape)
+        upstream = np.random.default_rng(5).normal(size=(1,) + self.shape[1:])
+        upstream = upstream.astype("float32")
+        value, (d_weights, d_votes, d_mean) = _value_and_gradients(
+            lambda w, v, m: _children.weighted_variance(w, v, m, 0),
+            [weights, votes, mean],
+            upstream,
+        )
+        deviation = votes - mean
+        variance = (weights * deviation**2).sum(axis=0, keepdims=True)
+        axes = tuple(
+            i for i, n in enumerate(weights_shape) if n == 1 and i != 0
+        )
+        self.assertAllClose(value, (variance * upstream).sum(), atol=1e-4)
+        self.assertAllClose(
+            d_weights,
+            (deviation**2 * upstream).sum(axis=axes, keepdims=True),
+            atol=1e-4,
+        )
+        d_deviation = 2.0 * weights * upstream * deviation
+        self.assertAllClose(d_votes, d_deviation, atol=1e-4)
+        self.assertAllClose(
+            d_mean, -d_deviation.sum(axis=0, keepdims=True), atol=1e-4
+        )
+
+    def test_deviation_energy(self):
+        votes, _, mean, variance = self.arrays((6, 2, 1, 3, 1))
+        upstream = np.random.default_rng(6).normal(size=(6, 2, 1, 3, 1))
+        upstream = upstream.astype("float32")
+        value, (d_votes, d_mean, d_variance) = _value_and_gradients(
+            lambda v, m, s: _children.deviation_energy(
+                v, m, s, 0, self.pose_axes
+            ),
+            [votes, mean, variance],
+            upstream,
+        )
+        deviation = votes - mean
+        energy = (deviation**2 / (2.0 * variance)).sum(
+            axis=self.pose_axes, keepdims=True
+        )
+        self.assertAllClose(value, (energy * upstream).sum(), atol=1e-4)
+        d_deviation = upstream * deviation / variance
+        self.assertAllClose(d_votes, d_deviation, atol=1e-4)
+        self.assertAllClose(
+            d_mean, -d_deviation.sum(axis=0, keepdims=True), atol=1e-4
+        )
+        self.assertAllClose(
+            d_variance,
+            -(upstream * deviation**2).sum(axis=0, keepdims=True)
+            / (2.0 * variance**2),
+            atol=1e-4,
+        )
+
+
 class ConvRoutingLayoutTest(TestCase):
     """The children-first layout (EMConvCaps on TensorFlow) routes exactly
     as the positions-first one, on every backend."""
