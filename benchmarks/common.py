@@ -121,6 +121,10 @@ def environment():
         "numpy": np.__version__,
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        # XLA's CPU fusion settings change EM routing's speed several
+        # times over on JAX (see the README), so they are part of the
+        # record.
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
 
 

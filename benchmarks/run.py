@@ -534,7 +534,8 @@ def format_table(result):
         f"{result['model']} ({result['config'] or 'default'}), backend "
         f"{environment.get('backend')} {environment.get('framework')} on "
         f"{environment.get('device')}, Keras {environment.get('keras')}, "
-        f"median of {result['steps']} steps after {result['warmup']}",
+        f"median of {result['steps']} steps after {result['warmup']}, "
+        f"XLA_FLAGS={environment.get('xla_flags') or '(unset)'}",
         f"{'impl':<6} {'batch':>5} {'iters':>5} {'jit':>5} "
         f"{'train img/s':>11} {'infer img/s':>11} {'compile s':>9} "
         f"{'peak RSS':>9} {'RSS grow':>9} {'device':>8} {'params':>9}",

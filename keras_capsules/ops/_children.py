@@ -1,35 +1,36 @@
 """Sums over the children axis of EM routing, and their adjoint broadcasts.
 
 Also the three steps of an EM iteration that read the votes (the mean,
-the variance, the E-step exponent), with hand-written gradients on
-TensorFlow: see the comment above `weighted_mean`.
+the variance, the E-step exponent), with hand-written gradients: see the
+comment above `weighted_mean`.
 
 EM routing spends its time in two moves between the children of a layer
 and their parents: sums over the children (the M-step's mass, mean and
 variance) and broadcasts of parent statistics back to every child (the
 deviations and the E-step), whose gradients are sums over the children
-again. TensorFlow's XLA on CPU emits a `reduce` over a long children axis
-whose input is a fused product (such as `weights * votes`, with `weights`
-broadcast over the pose) as a slow loop: ~90 ms for 288 children of a
-`(288, 288, 32, 16)` float32 product, against ~10 ms when the same sum is
-written as 8 slice additions followed by a `reduce` over the remaining 36.
-So on TensorFlow the sums take that chunked form, and both functions carry
-custom gradients so that the backward pass uses it too instead of the
-plain `reduce` that differentiating a broadcast produces. With JAX (a
-newer XLA) the chunked form measured slower (EMConvCaps 14x14x32 -> 32,
-batch 8: 2.1 s per training step against 1.7 s), and PyTorch runs
-eagerly, where its own `sum` is the fast path: both get plain sums and
-broadcasting.
+again. XLA on CPU emits a `reduce` over a long children axis whose input
+is a fused product (such as `weights * votes`, with `weights` broadcast
+over the pose) as a slow loop: ~90 ms for 288 children of a `(288, 288,
+32, 16)` float32 product on TensorFlow, against ~10 ms when the same sum
+is written as 8 slice additions followed by a `reduce` over the remaining
+36. So with XLA (TensorFlow and JAX) the sums take that chunked form, and
+both functions carry custom gradients so that the backward pass uses it
+too instead of the plain `reduce` that differentiating a broadcast
+produces. On JAX the chunked form measured faster only once XLA fuses
+elementwise work itself (`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`,
+see the README): EMConvCaps 14x14x32 -> 32, batch 16, 15.5 training img/s
+against 10.2 with plain sums. PyTorch runs eagerly, where its own `sum`
+is the fast path: it gets plain sums and broadcasting.
 """
 
 import keras
 from keras import ops
 
 
-def _chunked_backend(x):
+def _xla_backend(x):
     # Symbolic tensors (functional model construction) only need shapes,
     # and a custom gradient cannot take them.
-    return keras.backend.backend() == "tensorflow" and not isinstance(
+    return keras.backend.backend() in ("tensorflow", "jax") and not isinstance(
         x, keras.KerasTensor
     )
 
@@ -54,10 +55,10 @@ def _chunked_sum(x, axis):
 def sum_children(x, axis):
     """`keras.ops.sum(x, axis, keepdims=True)` for a static children axis.
 
-    On TensorFlow the sum is chunked and its gradient a broadcast;
-    elsewhere it is `keras.ops.sum`.
+    With XLA (TensorFlow, JAX) the sum is chunked and its gradient a
+    broadcast; on PyTorch it is `keras.ops.sum`.
     """
-    if not _chunked_backend(x):
+    if not _xla_backend(x):
         return ops.sum(x, axis=axis, keepdims=True)
     size = x.shape[axis]
 
@@ -76,11 +77,11 @@ def sum_children(x, axis):
 def spread_children(x, axis, size):
     """Broadcasts the size-1 `axis` of `x` to `size` children.
 
-    On TensorFlow the gradient (a sum over the children) is chunked;
-    elsewhere `x` is returned as it is, for the arithmetic that uses it to
+    With XLA the gradient (a sum over the children) is chunked; on
+    PyTorch `x` is returned as it is, for the arithmetic that uses it to
     broadcast.
     """
-    if not _chunked_backend(x):
+    if not _xla_backend(x):
         return x
 
     @ops.custom_gradient
@@ -128,16 +129,17 @@ def _upstream(args, upstream):
 
 
 # The three vote-sized computations of an EM iteration, differentiated by
-# hand on TensorFlow. Automatic differentiation saves vote-sized
-# intermediates (the deviations from the means and their squares) from the
-# forward pass for the backward, and sums the gradients the votes receive
-# with one AddN that waits for all of them: on CPU that held five
-# vote-sized buffers at the peak of an EMConvCaps training step. The
-# gradients below are products of the votes with small child and parent
-# statistics, which XLA recomputes inside the fused sum instead of storing;
-# every factor is small, and the sums over the children of the parent
-# gradients are written apart from the vote gradients, since XLA stores a
-# product (or a quotient) that two fusions read.
+# hand with XLA (TensorFlow, JAX). Automatic differentiation saves
+# vote-sized intermediates (the deviations from the means and their
+# squares) from the forward pass for the backward, and TensorFlow sums the
+# gradients the votes receive with one AddN that waits for all of them: on
+# CPU that held five vote-sized buffers at the peak of an EMConvCaps
+# training step. The gradients below are products of the votes with small
+# child and parent statistics, which XLA recomputes inside the fused sum
+# instead of storing; every factor is small, and the sums over the
+# children of the parent gradients are written apart from the vote
+# gradients, since XLA stores a product (or a quotient) that two fusions
+# read.
 
 
 def weighted_mean(weights, votes, child_axis):
@@ -145,7 +147,7 @@ def weighted_mean(weights, votes, child_axis):
 
     `weights` has size 1 on the pose axes.
     """
-    if not _chunked_backend(votes):
+    if not _xla_backend(votes):
         return ops.sum(weights * votes, axis=child_axis, keepdims=True)
 
     @ops.custom_gradient
@@ -169,7 +171,7 @@ def weighted_variance(weights, votes, mean, child_axis):
 
     `mean` has size 1 on the children axis.
     """
-    if not _chunked_backend(votes):
+    if not _xla_backend(votes):
         return ops.sum(
             weights * ops.square(votes - mean), axis=child_axis, keepdims=True
         )
@@ -211,7 +213,7 @@ def deviation_energy(votes, mean, variance, child_axis, pose_axes):
     `mean` and `variance` have size 1 on the children axis, the result on
     the pose axes.
     """
-    if not _chunked_backend(votes):
+    if not _xla_backend(votes):
         # The small reciprocal, not a quotient of vote-sized squares, for
         # the reason given above.
         return ops.sum(

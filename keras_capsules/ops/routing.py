@@ -517,7 +517,7 @@ def _em_conv_routing(
     `children_first=True` it is `(children, batch, out_h, out_w, pose_rows,
     num_out, pose_cols)`, the layout in which a batched matmul over
     `(kernel row, kernel column, input type)` produces the votes
-    (`EMConvCaps` on TensorFlow): routing there reads the votes as they
+    (`EMConvCaps` with XLA): routing there reads the votes as they
     were written instead of through a transpose, and every sum over the
     children runs over the leading axis. Returns poses `(batch, out_h,
     out_w, num_out, pose_size)`, probabilities `(batch, out_h, out_w,
@@ -690,7 +690,7 @@ def _em_iterations(
 
         # Procedure 1, M-step. Every sum over the children and every
         # parent statistic sent back to them goes through the helpers of
-        # ops/_children.py: chunked sums on TensorFlow, and gradients of
+        # ops/_children.py: chunked sums with XLA, and gradients of
         # the three vote-sized steps written out so that the backward pass
         # keeps no vote-sized intermediate.
         weighted = assignments * activations
