@@ -15,8 +15,10 @@ write it, so that `benchmarks/run.py` can measure what
   tensor, and the votes are one broadcast `keras.ops.matmul` of the two;
 - EM routing runs separately in every window: each child's assignments
   are normalised over the output types of that window only
-  (`keras_capsules.ops.em_routing` on per-position votes), so a child in
-  `n` overlapping windows is routed `n` times independently.
+  (`keras_capsules.ops.em_routing`'s computation on per-position votes,
+  differentiated step by step by automatic differentiation as in the
+  research code, not through the package's hand-written gradients), so a
+  child in `n` overlapping windows is routed `n` times independently.
 
 The weights have the names, shapes and order of `EMConvCaps` (kernel
 `(kh, kw, B, C, 4, 4)`, `beta_v` and `beta_a` of shape `(C,)`), so
@@ -45,6 +47,7 @@ import numpy as np
 from keras import ops
 
 import keras_capsules
+from keras_capsules.ops import routing
 
 # The official training setting, as `MatrixCapsNet.compile()` uses it; the
 # margin of the spread loss stays at its starting value, 0.2.
@@ -144,16 +147,22 @@ class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
         )
         # Each window is routed on its own: assignments are normalised over
         # the output types of the window, not over every parent a child
-        # feeds.
-        out_poses, out_activations = keras_capsules.ops.em_routing(
+        # feeds. Differentiated step by step, as the research code is, not
+        # through the package's hand-written routing gradients.
+        out_poses, out_activations = routing._em_routing(
             votes,
             child_activations,
             self.beta_v,
             self.beta_a,
-            iterations=self.routing_iterations,
-            final_lambda=self.final_lambda,
-            min_variance=self.min_variance,
-            mode=self.routing_mode,
+            return_assignments=False,
+            automatic_gradients=True,
+            **routing._check_em_options(
+                self.routing_iterations,
+                self.final_lambda,
+                self.min_variance,
+                None,
+                self.routing_mode,
+            ),
         )
         out_poses = ops.reshape(
             out_poses, (-1, out_h, out_w, num_out, pose_size, pose_size)

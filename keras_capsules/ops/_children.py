@@ -144,7 +144,8 @@ def _upstream(args, upstream):
 
 
 # The three vote-sized computations of an EM iteration, differentiated by
-# hand (on every backend; symbolic tensors only need shapes). Automatic
+# hand on every backend (unless `automatic`, for the naive baseline of
+# `benchmarks/`; symbolic tensors only need shapes). Automatic
 # differentiation saves vote-sized intermediates (the deviations from the
 # means and their squares) from the forward pass for the backward, and
 # TensorFlow sums the gradients the votes receive with one AddN that waits
@@ -159,12 +160,12 @@ def _upstream(args, upstream):
 # growth, 1.9 against 1.8 training img/s).
 
 
-def weighted_mean(weights, votes, child_axis):
+def weighted_mean(weights, votes, child_axis, automatic=False):
     """`sum_children(weights * votes)`, the M-step mean (Procedure 1).
 
     `weights` has size 1 on the pose axes.
     """
-    if isinstance(votes, keras.KerasTensor):
+    if automatic or isinstance(votes, keras.KerasTensor):
         return ops.sum(weights * votes, axis=child_axis, keepdims=True)
 
     @ops.custom_gradient
@@ -183,12 +184,12 @@ def weighted_mean(weights, votes, child_axis):
     return mean(*_tensors(weights, votes))
 
 
-def weighted_variance(weights, votes, mean, child_axis):
+def weighted_variance(weights, votes, mean, child_axis, automatic=False):
     """`sum_children(weights * (votes - mean) ** 2)` (Procedure 1).
 
     `mean` has size 1 on the children axis.
     """
-    if isinstance(votes, keras.KerasTensor):
+    if automatic or isinstance(votes, keras.KerasTensor):
         return ops.sum(
             weights * ops.square(votes - mean), axis=child_axis, keepdims=True
         )
@@ -224,13 +225,15 @@ def weighted_variance(weights, votes, mean, child_axis):
     return variance(*_tensors(weights, votes, mean))
 
 
-def deviation_energy(votes, mean, variance, child_axis, pose_axes):
+def deviation_energy(
+    votes, mean, variance, child_axis, pose_axes, automatic=False
+):
     """`sum_pose((votes - mean) ** 2 / (2 variance))`, the E-step exponent.
 
     `mean` and `variance` have size 1 on the children axis, the result on
     the pose axes.
     """
-    if isinstance(votes, keras.KerasTensor):
+    if automatic or isinstance(votes, keras.KerasTensor):
         return ops.sum(
             ops.square(votes - mean) / (2.0 * variance),
             axis=pose_axes,

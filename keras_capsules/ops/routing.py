@@ -305,10 +305,30 @@ def em_routing(
             f"Received: votes.shape={votes_shape}"
         )
     _check_activations_shape(tuple(activations.shape), votes_shape[:-2])
+    return _em_routing(
+        votes, activations, beta_v, beta_a, return_assignments, **options
+    )
+
+
+def _em_routing(
+    votes,
+    activations,
+    beta_v,
+    beta_a,
+    return_assignments,
+    automatic_gradients=False,
+    **options,
+):
+    """`em_routing` on checked arguments.
+
+    `automatic_gradients=True` differentiates the routing step by step, as
+    the research code does (the naive baseline of `benchmarks/`), instead
+    of through the hand-written gradients of ops/_children.py.
+    """
     dtype, compute_dtype = compute_dtypes(votes)
     votes = ops.cast(votes, compute_dtype)
     activations = ops.cast(activations, compute_dtype)
-    num_out = votes_shape[-2]
+    num_out = votes.shape[-2]
     beta_v = _em_beta(beta_v, "beta_v", num_out, compute_dtype)
     beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
 
@@ -323,6 +343,7 @@ def em_routing(
         normalize=lambda log_p: ops.softmax(log_p, axis=-2),
         child_axis=-3,
         pose_axes=(-1,),
+        automatic_gradients=automatic_gradients,
         **options,
     )
     poses = ops.cast(ops.squeeze(mean, axis=-3), dtype)
@@ -667,6 +688,7 @@ def _em_iterations(
     min_variance,
     epsilon,
     mode,
+    automatic_gradients=False,
 ):
     """Runs the M- and E-steps; returns the last mean, logit and R.
 
@@ -696,7 +718,9 @@ def _em_iterations(
         weighted = assignments * activations
         mass = sum_children(weighted, child_axis) + epsilon
         weights = weighted / spread_children(mass, child_axis, num_in)
-        new_mean = weighted_mean(weights, votes, child_axis)
+        new_mean = weighted_mean(
+            weights, votes, child_axis, automatic_gradients
+        )
         if mode == "paper":
             mean = new_mean
         elif mean is None:
@@ -706,7 +730,7 @@ def _em_iterations(
                 1.0 - _OFFICIAL_MEAN_MOMENTUM
             ) * new_mean + _OFFICIAL_MEAN_MOMENTUM * mean
         variance = min_variance + weighted_variance(
-            weights, votes, mean, child_axis
+            weights, votes, mean, child_axis, automatic_gradients
         )
         sum_log_variance = ops.sum(
             ops.log(variance), axis=pose_axes, keepdims=True
@@ -731,7 +755,9 @@ def _em_iterations(
         )
         log_p = spread_children(
             log_prior, child_axis, num_in
-        ) - deviation_energy(votes, mean, variance, child_axis, pose_axes)
+        ) - deviation_energy(
+            votes, mean, variance, child_axis, pose_axes, automatic_gradients
+        )
         assignments = normalize(log_p)
     return mean, logit, assignments
 

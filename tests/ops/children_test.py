@@ -118,8 +118,8 @@ def _value_and_gradients(function, arrays, upstream):
 
 
 class FusedStepsTest(TestCase):
-    """The M- and E-step sums against NumPy, values and gradients (written
-    by hand on TensorFlow, automatic elsewhere)."""
+    """The M- and E-step sums against NumPy, values and gradients, both
+    hand-written and automatic (the naive baseline's)."""
 
     # Children-first layout: (children, batch, pose rows, parents, pose
     # columns); the children axis is 0, the pose axes are 2 and 4.
@@ -137,14 +137,16 @@ class FusedStepsTest(TestCase):
         ]
 
     @parameterized.named_parameters(
-        ("per_parent", (6, 2, 1, 3, 1)), ("shared_by_parents", (6, 2, 1, 1, 1))
+        ("per_parent", (6, 2, 1, 3, 1), False),
+        ("shared_by_parents", (6, 2, 1, 1, 1), False),
+        ("automatic", (6, 2, 1, 3, 1), True),
     )
-    def test_weighted_mean(self, weights_shape):
+    def test_weighted_mean(self, weights_shape, automatic):
         votes, weights, _, _ = self.arrays(weights_shape)
         upstream = np.random.default_rng(4).normal(size=(1,) + self.shape[1:])
         upstream = upstream.astype("float32")
         value, (d_weights, d_votes) = _value_and_gradients(
-            lambda w, v: _children.weighted_mean(w, v, 0),
+            lambda w, v: _children.weighted_mean(w, v, 0, automatic),
             [weights, votes],
             upstream,
         )
@@ -163,14 +165,18 @@ class FusedStepsTest(TestCase):
         )
 
     @parameterized.named_parameters(
-        ("per_parent", (6, 2, 1, 3, 1)), ("shared_by_parents", (6, 2, 1, 1, 1))
+        ("per_parent", (6, 2, 1, 3, 1), False),
+        ("shared_by_parents", (6, 2, 1, 1, 1), False),
+        ("automatic", (6, 2, 1, 3, 1), True),
     )
-    def test_weighted_variance(self, weights_shape):
+    def test_weighted_variance(self, weights_shape, automatic):
         votes, weights, mean, _ = self.arrays(weights_shape)
         upstream = np.random.default_rng(5).normal(size=(1,) + self.shape[1:])
         upstream = upstream.astype("float32")
         value, (d_weights, d_votes, d_mean) = _value_and_gradients(
-            lambda w, v, m: _children.weighted_variance(w, v, m, 0),
+            lambda w, v, m: _children.weighted_variance(
+                w, v, m, 0, automatic
+            ),
             [weights, votes, mean],
             upstream,
         )
@@ -191,13 +197,14 @@ class FusedStepsTest(TestCase):
             d_mean, -d_deviation.sum(axis=0, keepdims=True), atol=1e-4
         )
 
-    def test_deviation_energy(self):
+    @parameterized.parameters(False, True)
+    def test_deviation_energy(self, automatic):
         votes, _, mean, variance = self.arrays((6, 2, 1, 3, 1))
         upstream = np.random.default_rng(6).normal(size=(6, 2, 1, 3, 1))
         upstream = upstream.astype("float32")
         value, (d_votes, d_mean, d_variance) = _value_and_gradients(
             lambda v, m, s: _children.deviation_energy(
-                v, m, s, 0, self.pose_axes
+                v, m, s, 0, self.pose_axes, automatic
             ),
             [votes, mean, variance],
             upstream,
