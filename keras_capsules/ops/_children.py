@@ -97,10 +97,11 @@ def spread_children(x, axis, size):
 
 
 def _children_sum(x, axis):
-    """A sum over the children inside a hand-written gradient."""
-    if keras.backend.backend() == "torch":
-        return ops.sum(x, axis=axis, keepdims=True)
-    return _chunked_sum(x, axis)
+    """A sum over the children inside a hand-written gradient: the form
+    `sum_children` takes, without a custom gradient of its own."""
+    if _xla_backend(x):
+        return _chunked_sum(x, axis)
+    return ops.sum(x, axis=axis, keepdims=True)
 
 
 def _reduce_to(x, shape, child_axis):
@@ -128,7 +129,7 @@ def _materialize(x):
     x 32 -> 32, batch 16, TF+XLA CPU) went from 3.4 s to 1.1 s. PyTorch
     computes every operation once anyway.
     """
-    if keras.backend.backend() == "torch":
+    if not _xla_backend(x):
         return x
     return ops.sum(ops.stack([x, ops.zeros_like(x)]), axis=0)
 
