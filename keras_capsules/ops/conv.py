@@ -6,6 +6,7 @@ from keras import ops
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules._validation import patch_geometry
+from keras_capsules.ops._padding import pad
 
 
 def conv2d(inputs, kernel, strides=1, padding="valid"):
@@ -59,7 +60,7 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
         (height, width), kernel_size, strides, padding
     )
     if padding == "same":
-        inputs = ops.pad(inputs, [[0, 0], [top, bottom], [left, right], [0, 0]])
+        inputs = pad(inputs, [[0, 0], [top, bottom], [left, right], [0, 0]])
         height, width = height + top + bottom, width + left + right
     folded_kernel = _space_to_depth_kernel(kernel, strides)
     blocks = (folded_kernel.shape[0], folded_kernel.shape[1])
@@ -68,7 +69,7 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
     # the image only ever meet zero-padded kernel taps.
     padded_h = strides[0] * (out_h - 1 + blocks[0])
     padded_w = strides[1] * (out_w - 1 + blocks[1])
-    inputs = ops.pad(
+    inputs = pad(
         inputs,
         [[0, 0], [0, max(padded_h - height, 0)],
          [0, max(padded_w - width, 0)], [0, 0]],
@@ -90,7 +91,7 @@ def _space_to_depth_kernel(kernel, strides):
     kernel_h, kernel_w, channels, filters = kernel.shape
     sh, sw = strides
     blocks_h, blocks_w = -(-kernel_h // sh), -(-kernel_w // sw)
-    kernel = ops.pad(
+    kernel = pad(
         kernel,
         [[0, blocks_h * sh - kernel_h], [0, blocks_w * sw - kernel_w],
          [0, 0], [0, 0]],

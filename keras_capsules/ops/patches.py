@@ -10,6 +10,8 @@ from. `coordinate_grid` and `add_coordinates` implement the paper's
 coordinate addition for the class capsules.
 """
 
+import math
+
 import keras
 import numpy as np
 from keras import ops
@@ -20,6 +22,7 @@ from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules._validation import patch_geometry
+from keras_capsules.ops._padding import pad
 
 _PLACEMENTS = ("official", "paper")
 _REDUCTIONS = ("sum", "max")
@@ -82,13 +85,13 @@ def extract_capsule_patches(inputs, kernel_size, strides=1, padding="valid"):
     trailing = shape[3:]
     geometry = patch_geometry((height, width), kernel_size, strides, padding)
     (out_h, out_w), (pad_top, pad_bottom, pad_left, pad_right) = geometry
-    channels = int(np.prod(trailing, dtype=np.int64))
+    channels = math.prod(trailing)
 
     x = ops.reshape(inputs, (-1, height, width, channels))
     x = ops.transpose(x, (0, 3, 1, 2))
     x = ops.reshape(x, (-1, height, width, 1))
     if pad_top or pad_bottom or pad_left or pad_right:
-        x = ops.pad(
+        x = pad(
             x, ((0, 0), (pad_top, pad_bottom), (pad_left, pad_right), (0, 0))
         )
     x = ops.image.extract_patches(
@@ -190,7 +193,7 @@ def fold_capsule_patches(
     fill = 0.0 if reduction == "sum" else _lowest_finite(patches.dtype)
     spread_h = (out_h - 1) * strides[0] + 1
     spread_w = (out_w - 1) * strides[1] + 1
-    channels = int(np.prod(trailing, dtype=np.int64))
+    channels = math.prod(trailing)
     kernel_h, kernel_w = kernel_size
 
     # Spread the tiles onto the stride grid once (trailing axes merged, as
@@ -206,7 +209,7 @@ def fold_capsule_patches(
     folded = None
     for u in range(kernel_h):
         for v in range(kernel_w):
-            x = ops.pad(
+            x = pad(
                 spread[:, :, :, u, v],
                 [
                     (0, 0),
@@ -226,9 +229,10 @@ def fold_capsule_patches(
         :, pad_top : pad_top + grid_size[0], pad_left : pad_left + grid_size[1]
     ]
     if reduction == "max":
-        covered = _coverage_counts(grid_size, kernel_size, strides, padding)
-        covered = np.reshape(covered > 0, (1,) + grid_size + (1,))
-        folded = ops.where(covered, folded, ops.zeros_like(folded))
+        covered = _coverage_counts(
+            grid_size, kernel_size, strides, padding, folded.dtype
+        )
+        folded = ops.where(covered > 0, folded, ops.zeros_like(folded))
     folded = ops.reshape(folded, (-1,) + grid_size + trailing)
     return folded
 
@@ -354,13 +358,11 @@ def add_coordinates(votes, placement="official", coordinate_scale=None):
             f"Received: votes.shape={shape}"
         )
     grid = coordinate_grid(height, width, coordinate_scale, votes.dtype)
-    row_mask = np.zeros((pose_h, pose_w), "float32")
-    col_mask = np.zeros((pose_h, pose_w), "float32")
-    row_mask[row_at] = 1.0
-    col_mask[col_at] = 1.0
-    offsets = grid[:, :, 0, None, None] * ops.cast(
-        row_mask, votes.dtype
-    ) + grid[:, :, 1, None, None] * ops.cast(col_mask, votes.dtype)
+    offsets = grid[:, :, 0, None, None] * _one_hot_matrix(
+        row_at, (pose_h, pose_w), votes.dtype
+    ) + grid[:, :, 1, None, None] * _one_hot_matrix(
+        col_at, (pose_h, pose_w), votes.dtype
+    )
     middle = len(shape) - 5
     offsets = ops.reshape(
         offsets, (1, height, width) + (1,) * middle + (pose_h, pose_w)
@@ -368,26 +370,26 @@ def add_coordinates(votes, placement="official", coordinate_scale=None):
     return votes + offsets
 
 
-# Private helpers; `_coverage_counts` also serves the EM routing op.
+# Private helpers; `_coverage_counts` also serves the EM routing op. Their
+# constants are built from Keras ops, not NumPy: under `torch.compile`
+# (`jit_compile=True` on PyTorch) NumPy arrays turned into tensors break the
+# graph, and a break inside the routing loop sends the whole loop back to
+# eager execution. XLA folds these small computations into constants.
 
 
-def _coverage_counts(grid_size, kernel_size, strides, padding):
-    """How many tiles contain each grid position (static NumPy maths)."""
-    (out_h, out_w), (pad_top, _, pad_left, _) = patch_geometry(
-        grid_size, kernel_size, strides, padding
-    )
-    counts = []
-    for size, out, kernel, stride, pad in (
-        (grid_size[0], out_h, kernel_size[0], strides[0], pad_top),
-        (grid_size[1], out_w, kernel_size[1], strides[1], pad_left),
-    ):
-        axis = np.zeros(size, "int64")
-        for i in range(out):
-            start = i * stride - pad
-            lo, hi = max(start, 0), min(start + kernel, size)
-            axis[lo:hi] += 1
-        counts.append(axis)
-    return np.outer(counts[0], counts[1])
+def _coverage_counts(grid_size, kernel_size, strides, padding, dtype):
+    """How many tiles contain each grid position: `(1, height, width, 1)`,
+    the fold of all-ones tiles."""
+    out_size, _ = patch_geometry(grid_size, kernel_size, strides, padding)
+    ones = ops.ones((1,) + tuple(out_size) + tuple(kernel_size) + (1,), dtype)
+    return fold_capsule_patches(ones, grid_size, strides, padding, "sum")
+
+
+def _one_hot_matrix(index, shape, dtype):
+    """A `shape` matrix of zeros with a one at `index`."""
+    flat = index[0] * shape[1] + index[1]
+    hot = ops.equal(ops.arange(shape[0] * shape[1]), flat)
+    return ops.reshape(ops.cast(hot, dtype), shape)
 
 
 def _check_static(shape, min_rank, name, layout):
@@ -405,7 +407,7 @@ def _dilate(x, strides, fill):
         return x
     _, h, w, *trailing = x.shape
     x = x[:, :, None, :, None]
-    x = ops.pad(
+    x = pad(
         x,
         [(0, 0), (0, 0), (0, strides[0] - 1), (0, 0), (0, strides[1] - 1)]
         + [(0, 0)] * len(trailing),

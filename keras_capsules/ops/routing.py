@@ -1,5 +1,7 @@
 """Routing-by-agreement between two layers of capsules."""
 
+import math
+
 import keras
 import numpy as np
 from keras import ops
@@ -591,18 +593,19 @@ def _em_conv_routing(
         )
     )
     # How many windows contain the child behind each window entry (0 for
-    # the zero padding): static, so it is a constant of the graph.
-    counts = _window_entry_counts(
-        (height, width), kernel_size, strides, padding
+    # the zero padding): the coverage of each grid position, tiled as the
+    # children are. Static, so XLA folds it into a constant.
+    counts = extract_capsule_patches(
+        _coverage_counts(
+            (height, width), kernel_size, strides, padding, compute_dtype
+        ),
+        kernel_size,
+        strides,
+        padding,
     )
-    counts = np.broadcast_to(
-        counts[..., None], (out_h, out_w, kernel_h, kernel_w, num_in)
-    ).reshape(1, out_h, out_w, num_children)
-    if children_first:
-        counts = np.transpose(counts, (3, 0, 1, 2))
-    real = ops.convert_to_tensor((counts > 0).astype(compute_dtype))
-    uniform = (counts > 0) / (num_out * np.maximum(counts, 1))
-    uniform = ops.convert_to_tensor(uniform.astype(compute_dtype))
+    counts = from_tiles(counts * ops.ones((num_in,), compute_dtype))
+    real = ops.cast(counts > 0, compute_dtype)
+    uniform = real / (num_out * ops.maximum(counts, 1.0))
     assignments = with_pose_axes(
         ops.ones_like(child_activations)[..., None]
         * ops.ones((num_out,), compute_dtype)
@@ -612,7 +615,7 @@ def _em_conv_routing(
 
     def normalize(log_p):
         log_p = ops.squeeze(log_p, axis=pose_axes)
-        local_max = ops.max(log_p, axis=-1)
+        local_max = ops.amax(log_p, axis=-1)
         child_max = from_tiles(
             extract_capsule_patches(
                 fold_capsule_patches(
@@ -699,7 +702,7 @@ def _em_iterations(
     The mean and the logit keep the children axis with size 1, and the
     logit the pose axes too.
     """
-    pose_size = int(np.prod([votes.shape[axis] for axis in pose_axes]))
+    pose_size = math.prod([votes.shape[axis] for axis in pose_axes])
     num_in = votes.shape[child_axis]
     mean = None
     for iteration in range(iterations):
@@ -798,18 +801,6 @@ def _em_beta(beta, name, num_out, dtype):
             f"Received: {name}.shape={shape}"
         )
     return ops.reshape(beta, (-1, 1))
-
-
-def _window_entry_counts(grid_size, kernel_size, strides, padding):
-    """Per window entry, the number of windows containing its position."""
-    counts = _coverage_counts(grid_size, kernel_size, strides, padding)
-    (out_h, out_w), (top, bottom, left, right) = patch_geometry(
-        grid_size, kernel_size, strides, padding
-    )
-    counts = np.pad(counts, ((top, bottom), (left, right)))
-    rows = np.arange(out_h)[:, None] * strides[0] + np.arange(kernel_size[0])
-    cols = np.arange(out_w)[:, None] * strides[1] + np.arange(kernel_size[1])
-    return counts[rows[:, None, :, None], cols[None, :, None, :]]
 
 
 def _broadcasts_to(shape, target):
