@@ -139,6 +139,27 @@ def default_jit_compile(jit=None):
     return jit
 
 
+# `torch.compile` settings for Keras models on PyTorch (`jit_compile=True`):
+# Keras runs every layer's `forward` through the same code object, so one
+# model needs more compiled variants of it than dynamo's default of 8, and
+# when a layer class appears twice with different shapes (ConvCaps1 and
+# ConvCaps2) dynamo would otherwise retrace it with symbolic sizes, which
+# inductor 2.13 fails on ("cannot determine truth value of Relational").
+TORCH_COMPILE_CONFIG = {
+    "automatic_dynamic_shapes": False,
+    "recompile_limit": 64,
+    "accumulated_recompile_limit": 1024,
+}
+
+
+def configure_torch_compile():
+    """Applies `TORCH_COMPILE_CONFIG` to `torch._dynamo.config`."""
+    import torch
+
+    for name, value in TORCH_COMPILE_CONFIG.items():
+        setattr(torch._dynamo.config, name, value)
+
+
 def int_list(text):
     """Parses `"1,2,4"` (or `"8"`) into a list of positive integers."""
     try:

@@ -382,6 +382,8 @@ def measure_point(spec):
     keras.utils.clear_session()
     keras.utils.set_random_seed(spec["seed"])
     jit_compile = common.default_jit_compile(spec["jit"])
+    if jit_compile and keras.backend.backend() == "torch":
+        common.configure_torch_compile()
     rng = np.random.default_rng(spec["seed"])
     # The process's memory before the model: interpreter, framework and
     # runtime, which both implementations pay alike.
