@@ -29,7 +29,11 @@ class TorchCompileTest(TestCase):
 
     def test_em_conv_caps_call_is_one_graph(self):
         layer = keras_capsules.layers.EMConvCaps(
-            num_capsules=4, kernel_size=3, strides=1, padding="same"
+            num_capsules=4,
+            kernel_size=3,
+            strides=1,
+            padding="same",
+            routing_iterations=2,
         )
         rng = np.random.default_rng(1)
         poses = self.torch.tensor(
