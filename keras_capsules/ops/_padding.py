@@ -16,17 +16,20 @@ def pad(x, pad_width, constant_values=0.0):
     if keras.backend.backend() != "torch" or isinstance(x, keras.KerasTensor):
         return ops.pad(x, pad_width, constant_values=constant_values)
     for axis, (before, after) in enumerate(pad_width):
-        parts = []
-        for width in (before, after):
-            shape = list(x.shape)
-            shape[axis] = width
-            parts.append(
-                ops.full(shape, constant_values, x.dtype) if width else None
+        if before or after:
+            x = ops.concatenate(
+                _filler(x, axis, before, constant_values)
+                + [x]
+                + _filler(x, axis, after, constant_values),
+                axis=axis,
             )
-        if parts[0] is None and parts[1] is None:
-            continue
-        x = ops.concatenate(
-            [part for part in (parts[0], x, parts[1]) if part is not None],
-            axis=axis,
-        )
     return x
+
+
+def _filler(x, axis, width, value):
+    """`[block]` of `width` entries of `value` along `axis`; `[]` if 0."""
+    if not width:
+        return []
+    shape = list(x.shape)
+    shape[axis] = width
+    return [ops.full(shape, value, x.dtype)]

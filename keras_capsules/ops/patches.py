@@ -388,8 +388,8 @@ def _coverage_counts(grid_size, kernel_size, strides, padding, dtype):
 def _one_hot_matrix(index, shape, dtype):
     """A `shape` matrix of zeros with a one at `index`."""
     flat = index[0] * shape[1] + index[1]
-    hot = ops.equal(ops.arange(shape[0] * shape[1]), flat)
-    return ops.reshape(ops.cast(hot, dtype), shape)
+    hot = ops.one_hot(flat, shape[0] * shape[1], dtype=dtype)
+    return ops.reshape(hot, shape)
 
 
 def _check_static(shape, min_rank, name, layout):
