@@ -151,13 +151,25 @@ TORCH_COMPILE_CONFIG = {
     "accumulated_recompile_limit": 1024,
 }
 
+# The partitioner that splits the compiled step into forward and backward
+# graphs. With its default budget its heuristics save the deviations from
+# the means (votes - mean, one vote-sized tensor per routing iteration)
+# for the backward pass instead of recomputing them from the votes, which
+# the backward reads anyway: a budget below 1 lets it recompute them.
+# EMConvCaps 14x14x32 -> 32, batch 16, 2-core CPU: 9.4 training img/s
+# against 7.1 (0.7: 9.5, 0.2: 9.1, 0.05: 7.2).
+TORCH_PARTITIONER_CONFIG = {"activation_memory_budget": 0.5}
+
 
 def configure_torch_compile():
-    """Applies `TORCH_COMPILE_CONFIG` to `torch._dynamo.config`."""
+    """Applies `TORCH_COMPILE_CONFIG` to `torch._dynamo.config` and
+    `TORCH_PARTITIONER_CONFIG` to `torch._functorch.config`."""
     import torch
 
     for name, value in TORCH_COMPILE_CONFIG.items():
         setattr(torch._dynamo.config, name, value)
+    for name, value in TORCH_PARTITIONER_CONFIG.items():
+        setattr(torch._functorch.config, name, value)
 
 
 def int_list(text):
