@@ -28,14 +28,14 @@ class EMConvCaps(keras.layers.Layer):
     matrix, `V = M W`, with one `W` per (kernel row, kernel column, input
     type, output type), shared over all positions (`kernel_h * kernel_w *
     B * C * 16` weights for 4x4 poses: 147,456 for the paper's 3x3 kernel
-    and `B = C = 32`). The votes are one `keras.ops.einsum` on the kernel
-    tiles of `keras_capsules.ops.extract_capsule_patches`; the weights are
-    never tiled over the batch. The votes are then routed as
+    and `B = C = 32`). The votes are one batched `keras.ops.matmul` over
+    the kernel tiles of `keras_capsules.ops.extract_capsule_patches`; the
+    weights are never tiled over the batch. The votes are then routed as
     `keras_capsules.ops.em_conv_routing` routes them, normalising each
     input capsule's assignments over every parent it feeds (all output
-    types at all overlapping positions); on TensorFlow the routing runs in
-    the layout the einsum writes (children first), which is faster there
-    and gives the same values. Each output type has its own `beta_v` and
+    types at all overlapping positions); on TensorFlow and JAX the routing
+    runs in the layout the matmul writes (children first), which is faster
+    there and gives the same values. Each output type has its own `beta_v` and
     `beta_a`, shared over positions, for `2 * C` more weights.
 
     On the paper's 32x32 smallNORB network the capsule grids go 14 -> 6
