@@ -164,6 +164,10 @@ def _check_bias_shape(bias_shape, capsule_shape):
 # EM routing (Hinton et al. 2018)
 
 _EM_MODES = ("official", "paper")
+# How a convolutional child's assignments are normalised in the E-step: over
+# the output types of each window on its own, over each output type's
+# overlapping windows (official), or over every parent (Gritzman 2019).
+_EM_NORMALIZATIONS = ("window", "official", "all_parents")
 _LOG_2PI = float(np.log(2.0 * np.pi))
 # Constants of the official code (google-research/capsule_em): the
 # activation cost scales beta_a by 5000, each new mean keeps 10% of the
@@ -370,6 +374,7 @@ def em_conv_routing(
     min_variance=5e-4,
     epsilon=None,
     mode="official",
+    normalization="window",
     return_assignments=False,
 ):
     """EM routing between two convolutional grids of matrix capsules.
@@ -378,22 +383,37 @@ def em_conv_routing(
     `(i, j)` receive votes only from the children in the `kernel_size`
     window of the input grid that `extract_capsule_patches` gives that
     position. The M-step is the dense one applied per output position over
-    its window. In the E-step, a child's assignment probabilities are
-    normalised over every parent it feeds: all output capsule types at all
-    output positions whose window contains it (Gritzman 2019, third
-    pitfall; the official code also adds up the overlapping windows), and
-    `R` starts uniform over those same parents, `1 / (num_out * n)` for a
-    child in `n` windows, as Procedure 1 prescribes (the official code
-    starts at `1 / num_out` in every window, so a child in `n` windows
-    starts with a total of `n`). Children in the zero padding of `"same"`
-    have activation 0 and assignments 0.
+    its window. The paper does not say how the E-step treats a child that
+    several overlapping windows see; `normalization` chooses:
 
-    Stabilisation: `log p` is shifted by the largest `log p` of each child
-    over all its parents before `exp`, so every child's largest term is
-    exactly 1 and its sum is at least 1. That per-child maximum is
-    computed without a dense child-by-parent tensor: a maximum over output
-    types inside each window, folded onto the input grid with
-    `fold_capsule_patches(reduction="max")` and tiled back with
+    - `"window"` (default): every window routes its own children, as the
+      public ports that learn do. `R` starts at `1 / num_out` and the
+      E-step is a softmax over the output types of the window; a child
+      seen by `n` windows is `n` independent children. Measured on MNIST
+      (docs/em_routing.md): the only one of the three with which the
+      paper's small network leaves chance within 100 steps.
+    - `"official"`: the official code's intent. `R` starts at `1 /
+      num_out` in every window, and the E-step normalises each output
+      type separately over all the windows that contain the child, so a
+      child's assignments sum to 1 per output type, `num_out` in all. The
+      official code groups the overlapping window entries as if the stride
+      were 1 (at stride 2 it pairs entries of different children); here
+      they are grouped by the child they hold, at any stride.
+    - `"all_parents"`: a child's assignments are normalised over every
+      parent it feeds, all output types at all positions whose window
+      contains it, and start uniform over them, `1 / (num_out * n)` for a
+      child in `n` windows (Gritzman 2019, third pitfall; the official
+      code's later "fast" path normalises over the same set).
+
+    Children in the zero padding of `"same"` have activation 0 and do not
+    take part in the M-step.
+
+    Stabilisation: the window softmax is `keras.ops.softmax`. For the two
+    overlapping normalisations, `log p` is shifted by the largest `log p`
+    over the set it is normalised over before `exp`, so that set's largest
+    term is exactly 1 and its sum at least 1. That maximum is computed
+    without a dense child-by-parent tensor: folded onto the input grid
+    with `fold_capsule_patches(reduction="max")` and tiled back with
     `extract_capsule_patches`; the sums of the shifted exponentials travel
     the same way with `reduction="sum"`, and the division uses
     `max(sum, epsilon)`. The shift is held out of the gradient
@@ -429,6 +449,8 @@ def em_conv_routing(
             `keras.config.epsilon()`.
         mode: `"official"` or `"paper"`, see `em_routing`. Defaults to
             `"official"`.
+        normalization: `"window"`, `"official"` or `"all_parents"`, see
+            above. Defaults to `"window"`.
         return_assignments: Boolean, whether to also return the assignment
             probabilities `R` used by the final M-step. Defaults to
             `False`.
@@ -437,8 +459,7 @@ def em_conv_routing(
         A tuple `(poses, activations)` of shapes `(batch, out_height,
         out_width, num_out, pose_size)` and `(batch, out_height,
         out_width, num_out)`. With `return_assignments=True`, also
-        `assignments` of the shape of `votes` without `pose_size`; summed
-        over every (position, type) parent of a child, they give 1.
+        `assignments` of the shape of `votes` without `pose_size`.
 
     Raises:
         ValueError: If an argument is out of range, or if the shapes of
@@ -466,6 +487,9 @@ def em_conv_routing(
     """
     options = _check_em_options(
         iterations, final_lambda, min_variance, epsilon, mode
+    )
+    normalization = check_option(
+        normalization, "normalization", _EM_NORMALIZATIONS
     )
     kernel_size = normalize_pair(kernel_size, "kernel_size")
     strides = normalize_pair(strides, "strides")
@@ -517,6 +541,7 @@ def em_conv_routing(
         padding,
         children_first=False,
         return_assignments=return_assignments,
+        normalization=normalization,
         **options,
     )
 
@@ -531,6 +556,7 @@ def _em_conv_routing(
     padding,
     children_first,
     return_assignments,
+    normalization="window",
     **options,
 ):
     """`em_conv_routing` on checked arguments, in one of two vote layouts.
@@ -558,106 +584,116 @@ def _em_conv_routing(
     if children_first:
         num_out = votes.shape[5]
         pose_size = votes.shape[4] * votes.shape[6]
-        child_axis, pose_axes = 0, (4, 6)
+        child_axis, parent_axis, pose_axes = 0, 5, (4, 6)
     else:
         num_out, pose_size = votes.shape[4:]
-        child_axis, pose_axes = 3, (5,)
+        child_axis, parent_axis, pose_axes = 3, 4, (5,)
     beta_v = _em_beta(beta_v, "beta_v", num_out, compute_dtype)
     beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
 
-    # Child-level tensors (no parent axis) move between the routing layout
-    # and the tiles (batch, out_h, out_w, kernel_h, kernel_w, num_in) that
-    # the folds take; only these small tensors are ever transposed.
-    tiles_shape = (-1, out_h, out_w, kernel_h, kernel_w, num_in)
-
-    def to_tiles(x):
+    # Child-level tensors (no pose axes; a trailing parent-type axis of
+    # size `types` or none) move between the routing layout and the tiles
+    # (batch, out_h, out_w, kernel_h, kernel_w, num_in * types) that the
+    # folds take. Only these small tensors are ever transposed.
+    def to_tiles(x, types=1):
         if children_first:
-            x = ops.transpose(x, (1, 2, 3, 0))
-        return ops.reshape(x, tiles_shape)
+            x = ops.moveaxis(x, 0, 3)
+        return ops.reshape(
+            x, (-1, out_h, out_w, kernel_h, kernel_w, num_in * types)
+        )
 
-    def from_tiles(x):
-        x = ops.reshape(x, (-1, out_h, out_w, num_children))
+    def from_tiles(x, types=None):
+        shape = (-1, out_h, out_w, num_children)
+        x = ops.reshape(x, shape if types is None else shape + (types,))
         if children_first:
-            x = ops.transpose(x, (3, 0, 1, 2))
+            x = ops.moveaxis(x, 3, 0)
         return x
 
     def with_pose_axes(x):
-        # (children-level..., num_out) -> the routing layout.
+        # (child-level..., num_out) -> the routing layout.
         if children_first:
             return x[:, :, :, :, None, :, None]
         return x[..., None]
+
+    def gather(x, types=None, reduction="sum"):
+        # For every window entry, the `reduction` of `x` over all the
+        # window entries that hold the same child (and type).
+        folded = fold_capsule_patches(
+            to_tiles(x, types or 1), (height, width), strides, padding,
+            reduction,
+        )
+        return from_tiles(
+            extract_capsule_patches(folded, kernel_size, strides, padding),
+            types,
+        )
 
     child_activations = from_tiles(
         extract_capsule_patches(
             ops.cast(activations, compute_dtype), kernel_size, strides, padding
         )
     )
-    # How many windows contain the child behind each window entry (0 for
-    # the zero padding): the coverage of each grid position, tiled as the
-    # children are. Static, so XLA folds it into a constant.
-    counts = extract_capsule_patches(
-        _coverage_counts(
-            (height, width), kernel_size, strides, padding, compute_dtype
-        ),
-        kernel_size,
-        strides,
-        padding,
+    ones = ops.ones_like(child_activations)[..., None] * ops.ones(
+        (num_out,), compute_dtype
     )
-    counts = from_tiles(counts * ops.ones((num_in,), compute_dtype))
-    real = ops.cast(counts > 0, compute_dtype)
-    uniform = real / (num_out * ops.maximum(counts, 1.0))
-    assignments = with_pose_axes(
-        ops.ones_like(child_activations)[..., None]
-        * ops.ones((num_out,), compute_dtype)
-        * uniform[..., None]
-    )
-    fold_epsilon = options["epsilon"]
+    if normalization == "window":
+        # Each window routes its own children: R starts at 1 / num_out and
+        # the E-step is a softmax over the output types of the window.
+        # Padding children have activation 0 and never count.
+        initial = ones / num_out
 
-    def normalize(log_p):
-        log_p = ops.squeeze(log_p, axis=pose_axes)
-        local_max = ops.amax(log_p, axis=-1)
-        child_max = from_tiles(
-            extract_capsule_patches(
-                fold_capsule_patches(
-                    to_tiles(local_max),
-                    (height, width),
-                    strides,
-                    padding,
-                    "max",
-                ),
-                kernel_size,
-                strides,
-                padding,
+        def normalize(log_p):
+            return ops.softmax(log_p, axis=parent_axis)
+
+    else:
+        # How many windows contain the child behind each window entry (0
+        # for the zero padding). Static, so XLA folds it into a constant.
+        counts = extract_capsule_patches(
+            _coverage_counts(
+                (height, width), kernel_size, strides, padding, compute_dtype
+            ),
+            kernel_size,
+            strides,
+            padding,
+        )
+        counts = from_tiles(counts * ops.ones((num_in,), compute_dtype))
+        real = ops.cast(counts > 0, compute_dtype)[..., None]
+        per_type = normalization == "official"
+        if per_type:
+            # The official start: 1 / num_out in every window.
+            initial = ones * real / num_out
+        else:
+            # Uniform over every (position, type) parent of the child.
+            initial = ones * real / (num_out * ops.maximum(counts, 1.0)[
+                ..., None
+            ])
+        fold_epsilon = options["epsilon"]
+        types = num_out if per_type else None
+
+        def normalize(log_p):
+            log_p = ops.squeeze(log_p, axis=pose_axes)
+            local = log_p if per_type else ops.amax(log_p, axis=-1)
+            # In padding entries the folded maximum reads 0; the local
+            # maximum still bounds their exponentials by 1.
+            shift = ops.stop_gradient(
+                ops.maximum(gather(local, types, "max"), local)
             )
-        )
-        # In padding entries the folded maximum reads 0; the local maximum
-        # still bounds their exponentials by 1.
-        shift = ops.stop_gradient(ops.maximum(child_max, local_max))
-        exp = ops.exp(log_p - ops.expand_dims(shift, -1))
-        total = from_tiles(
-            extract_capsule_patches(
-                fold_capsule_patches(
-                    to_tiles(ops.sum(exp, axis=-1)),
-                    (height, width),
-                    strides,
-                    padding,
-                ),
-                kernel_size,
-                strides,
-                padding,
+            if not per_type:
+                shift = ops.expand_dims(shift, -1)
+            exp = ops.exp(log_p - shift)
+            total = gather(
+                exp if per_type else ops.sum(exp, axis=-1), types
             )
-        )
-        total = ops.maximum(total, fold_epsilon)
-        return with_pose_axes(
-            exp / ops.expand_dims(total, -1) * ops.expand_dims(real, -1)
-        )
+            total = ops.maximum(total, fold_epsilon)
+            if not per_type:
+                total = ops.expand_dims(total, -1)
+            return with_pose_axes(exp / total * real)
 
     mean, logit, assignments = _em_iterations(
         votes,
         with_pose_axes(child_activations[..., None]),
         beta_v,
         beta_a,
-        assignments,
+        with_pose_axes(initial),
         normalize=normalize,
         child_axis=child_axis,
         pose_axes=pose_axes,

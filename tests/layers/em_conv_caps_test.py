@@ -79,12 +79,18 @@ class EMConvCapsTest(TestCase):
             [(None, 4, 4, 32, 4, 4), (None, 4, 4, 32)],
         )
 
-    def test_votes_and_routing_match_numpy(self):
+    @parameterized.named_parameters(
+        ("window", "window"),
+        ("official", "official"),
+        ("all_parents", "all_parents"),
+    )
+    def test_votes_and_routing_match_numpy(self, normalization):
         inputs = _capsules((2, 5, 5, 3), seed=1)
         layer = EMConvCaps(
             num_capsules=2,
             kernel_size=3,
             strides=2,
+            routing_normalization=normalization,
             beta_a_initializer="random_uniform",
         )
         poses, activations = layer(inputs)
@@ -97,6 +103,10 @@ class EMConvCapsTest(TestCase):
             layer.beta_a,
             kernel_size=3,
             strides=2,
+            iterations=layer.routing_iterations,
+            final_lambda=layer.final_lambda,
+            mode=layer.routing_mode,
+            normalization=layer.routing_normalization,
         )
         self.assertAllClose(
             poses,
@@ -152,6 +162,12 @@ class EMConvCapsTest(TestCase):
             ValueError, r"routing_mode must be .*Received: routing_mode=em"
         ):
             EMConvCaps(num_capsules=2, routing_mode="em")
+        with self.assertRaisesRegex(
+            ValueError,
+            r"routing_normalization must be .*"
+            r"Received: routing_normalization=type",
+        ):
+            EMConvCaps(num_capsules=2, routing_normalization="type")
         with self.assertRaisesRegex(
             ValueError, r"positive number.*Received: final_lambda=0"
         ):

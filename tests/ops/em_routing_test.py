@@ -19,18 +19,28 @@ def _numpy_em(
     min_variance=5e-4,
     epsilon=1e-7,
     mode="official",
+    parent_types=None,
 ):
     """EM routing from the equations, one parent at a time.
 
     `votes` is `(batch, children, parents, D)`, `activations` `(batch,
     children)` and `connected` a `(children, parents)` 0/1 matrix of which
-    child feeds which parent (all ones for the dense case).
+    child feeds which parent (all ones for the dense case). By default a
+    child's assignments start uniform over its parents and are normalised
+    over all of them. With `parent_types` (the output type of every
+    parent), they start at `1 / num_types` for every parent and are
+    normalised over the parents of each type separately: the official
+    convolutional E-step.
     """
     votes = votes.astype("float64")
     activations = activations.astype("float64")
     batch, num_children, num_parents, dim = votes.shape
-    fan_out = np.maximum(connected.sum(axis=1, keepdims=True), 1)
-    # Uniform over each child's parents.
+    if parent_types is None:
+        groups = [np.ones(num_parents, bool)]
+        fan_out = np.maximum(connected.sum(axis=1, keepdims=True), 1)
+    else:
+        groups = [parent_types == t for t in range(parent_types.max() + 1)]
+        fan_out = len(groups)
     r = np.broadcast_to(connected / fan_out, (batch,) + connected.shape)
     previous_mean = np.zeros((batch, num_parents, dim))
     for iteration in range(iterations):
@@ -81,9 +91,14 @@ def _numpy_em(
                 log_gauss.sum(axis=-1)
             )
         log_p = np.where(connected > 0, log_p, -np.inf)
-        top = log_p.max(axis=-1, keepdims=True)
-        r = np.exp(log_p - np.where(np.isfinite(top), top, 0.0))
-        r = r / np.maximum(r.sum(axis=-1, keepdims=True), 1e-300)
+        r = np.zeros_like(log_p)
+        for group in groups:
+            part = log_p[..., group]
+            top = part.max(axis=-1, keepdims=True)
+            part = np.exp(part - np.where(np.isfinite(top), top, 0.0))
+            r[..., group] = part / np.maximum(
+                part.sum(axis=-1, keepdims=True), 1e-300
+            )
     return mean, 1.0 / (1.0 + np.exp(-logit)), r
 
 
@@ -375,18 +390,35 @@ class EMRoutingTest(TestCase):
 
 
 _CONV_CASES = (
-    # name, grid, num_in, kernel, strides, padding, mode, iterations
-    ("k3_s1_official", (4, 4), 2, 3, 1, "valid", "official", 3),
-    ("k3_s2_paper", (5, 5), 2, 3, 2, "valid", "paper", 3),
-    ("k3_s2_same_official", (4, 4), 2, 3, 2, "same", "official", 2),
-    ("k2_s1_paper_1_iteration", (3, 3), 1, 2, 1, "valid", "paper", 1),
+    # name, grid, num_in, kernel, strides, padding, mode, iterations,
+    # normalization
+    ("k3_s1_official", (4, 4), 2, 3, 1, "valid", "official", 3, "window"),
+    ("k3_s2_paper", (5, 5), 2, 3, 2, "valid", "paper", 3, "window"),
+    ("k3_s2_same_window", (4, 4), 2, 3, 2, "same", "official", 2, "window"),
+    ("k2_s1_paper_1", (3, 3), 1, 2, 1, "valid", "paper", 1, "window"),
+    ("k3_s1_all", (4, 4), 2, 3, 1, "valid", "official", 3, "all_parents"),
+    ("k3_s2_all_paper", (5, 5), 2, 3, 2, "valid", "paper", 3, "all_parents"),
+    ("k3_s2_same_all", (4, 4), 2, 3, 2, "same", "official", 2, "all_parents"),
+    ("k3_s1_per_type", (4, 4), 2, 3, 1, "valid", "official", 3, "official"),
+    # Stride 2: the official code's stride-1 grouping would pair entries
+    # of different children here; the reference groups by child.
+    ("k3_s2_per_type", (5, 5), 2, 3, 2, "valid", "paper", 3, "official"),
+    ("k3_s2_same_type", (4, 4), 2, 3, 2, "same", "official", 2, "official"),
 )
 
 
 class EMConvRoutingTest(TestCase):
     @parameterized.named_parameters(*_CONV_CASES)
     def test_matches_dense_numpy(
-        self, grid, num_in, kernel, strides, padding, mode, iterations
+        self,
+        grid,
+        num_in,
+        kernel,
+        strides,
+        padding,
+        mode,
+        iterations,
+        normalization,
     ):
         rng = np.random.default_rng(6)
         num_out, dim = 2, 16
@@ -411,22 +443,39 @@ class EMConvRoutingTest(TestCase):
             iterations=iterations,
             final_lambda=final_lambda,
             mode=mode,
+            normalization=normalization,
             return_assignments=True,
         )
 
         num_children = grid[0] * grid[1] * num_in
+        child_activations = activations.reshape(2, num_children)
+        if normalization == "window":
+            # Every window routes its own children: a child seen by two
+            # windows is two independent children.
+            child_activations = np.stack(
+                [child_activations[:, child] for _, child, _ in entries],
+                axis=1,
+            )
+            entries = [
+                (entry, index, window)
+                for index, (entry, _, window) in enumerate(entries)
+            ]
+            num_children = len(entries)
         dense_votes, connected = _dense_from_conv(
             votes, entries, num_children, out_h * out_w
         )
         expected = _numpy_em(
             dense_votes,
-            activations.reshape(2, num_children),
+            child_activations,
             connected,
             np.tile(beta_v, out_h * out_w),
             np.tile(beta_a, out_h * out_w),
             iterations,
             final_lambda=final_lambda,
             mode=mode,
+            parent_types=np.tile(np.arange(num_out), out_h * out_w)
+            if normalization == "official"
+            else None,
         )
         self.assertAllClose(
             poses,
@@ -452,7 +501,19 @@ class EMConvRoutingTest(TestCase):
                 rtol=1e-4,
             )
             totals[:, child] += assignments[:, i, j, k].sum(axis=-1)
-        self.assertAllClose(totals, np.ones_like(totals), atol=1e-5)
+        # Each child's assignments sum to 1 over its parents; with the
+        # official per-type normalisation, to 1 per type after the first
+        # E-step (to the number of windows it sits in before it).
+        if normalization == "official" and iterations > 1:
+            expected_total = float(num_out)
+        elif normalization == "official":
+            expected_total = None
+        else:
+            expected_total = 1.0
+        if expected_total is not None:
+            self.assertAllClose(
+                totals, np.full_like(totals, expected_total), atol=1e-5
+            )
 
     def test_assignments_normalised_over_positions_and_types(self):
         # Large poses make log-probabilities of order -1e11: the per-child
@@ -469,6 +530,7 @@ class EMConvRoutingTest(TestCase):
             np.ones(3, "float32"),
             kernel_size=3,
             padding="same",
+            normalization="all_parents",
             return_assignments=True,
         )
         self.assertAllFinite(outputs)
