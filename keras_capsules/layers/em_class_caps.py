@@ -32,7 +32,8 @@ class EMClassCaps(keras.layers.Layer):
 
     Two official choices are explicit arguments. The official class layer
     divides the inverse temperature by 4: the routing here runs with
-    `final_lambda * lambda_scale` (0.01 * 0.25 by default). The official
+    `final_lambda * lambda_scale` (`lambda_scale=0.25` reproduces it; the
+    default 1 trained faster, see docs/em_routing.md). The official
     code adds the coordinates to `pose[0, 0]` and `pose[0, 1]` (the
     default `coordinate_placement="official"`); the paper describes the
     first two elements of the right-hand column, `pose[0, 3]` and
@@ -50,7 +51,7 @@ class EMClassCaps(keras.layers.Layer):
     Args:
         num_classes: Positive integer, the number of class capsules.
         routing_iterations: Positive integer, the number of EM iterations.
-            Defaults to `3`.
+            Defaults to `2` (as `EMConvCaps`; the paper uses 3).
         coordinate_addition: Boolean, whether to add the position of each
             input capsule to its votes. Defaults to `True`.
         coordinate_placement: `"official"` or `"paper"`, which two pose
@@ -59,21 +60,21 @@ class EMClassCaps(keras.layers.Layer):
             neighbouring cell centres. Defaults to `None` (normalised
             centres).
         final_lambda: Positive float, the final inverse temperature before
-            `lambda_scale`. Defaults to `0.01`.
+            `lambda_scale`. Defaults to `1e-3` (as `EMConvCaps`).
         lambda_scale: Positive float multiplying `final_lambda`. Defaults
-            to `0.25` (the official class layer's `final_beta / 4`).
+            to `1.0` (the official class layer uses `0.25`).
         min_variance: Positive float, the floor added to every variance.
             Defaults to `5e-4`.
         routing_mode: `"official"` or `"paper"`, the forms of the M-step
-            (see `keras_capsules.ops.em_routing`). Defaults to
-            `"official"`.
+            (see `keras_capsules.ops.em_routing`). Defaults to `"paper"`
+            (as `EMConvCaps`).
         kernel_initializer: Initializer for the transformation matrices.
             Defaults to `None`, which means `TruncatedNormal(stddev=0.01)`
             (the official value).
         beta_v_initializer: Initializer for `beta_v`. Defaults to `None`,
-            which means `Constant(2.0)` (the official value).
+            which means zeros (the official value is 2.0).
         beta_a_initializer: Initializer for `beta_a`. Defaults to `None`,
-            which means `Constant(1.0)` (the official value).
+            which means zeros (the official value is 1.0).
         kernel_regularizer: Optional regularizer for the transformation
             matrices. Defaults to `None`.
         kernel_constraint: Optional constraint for the transformation
@@ -117,14 +118,14 @@ class EMClassCaps(keras.layers.Layer):
     def __init__(
         self,
         num_classes,
-        routing_iterations=3,
+        routing_iterations=2,
         coordinate_addition=True,
         coordinate_placement="official",
         coordinate_scale=None,
-        final_lambda=0.01,
-        lambda_scale=0.25,
+        final_lambda=1e-3,
+        lambda_scale=1.0,
         min_variance=5e-4,
-        routing_mode="official",
+        routing_mode="paper",
         kernel_initializer=None,
         beta_v_initializer=None,
         beta_a_initializer=None,
@@ -160,9 +161,9 @@ class EMClassCaps(keras.layers.Layer):
         if kernel_initializer is None:
             kernel_initializer = keras.initializers.TruncatedNormal(stddev=0.01)
         if beta_v_initializer is None:
-            beta_v_initializer = keras.initializers.Constant(2.0)
+            beta_v_initializer = keras.initializers.Zeros()
         if beta_a_initializer is None:
-            beta_a_initializer = keras.initializers.Constant(1.0)
+            beta_a_initializer = keras.initializers.Zeros()
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.beta_v_initializer = keras.initializers.get(beta_v_initializer)
         self.beta_a_initializer = keras.initializers.get(beta_a_initializer)

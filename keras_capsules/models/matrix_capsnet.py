@@ -69,7 +69,14 @@ class MatrixCapsNet(keras.Model):
     normal with standard deviation 0.05 and biases of 0.1, the primary
     capsules' pose and activation kernels with 0.5 and 3.0, the
     convolutional capsule transforms with 0.3 and the class transforms
-    with 0.01 (the `EMConvCaps` and `EMClassCaps` defaults).
+    with 0.01 (the `EMConvCaps` and `EMClassCaps` defaults). The routed
+    layers run with their defaults, chosen from learning curves on MNIST
+    (docs/em_routing.md): each convolutional window routes its own
+    children, 2 EM iterations, the paper's M-step with an inverse
+    temperature of 1e-3 and `beta_v = beta_a = 0` at the start. With the
+    official routing settings (the per-type normalisation over
+    overlapping windows, 3 iterations, `final_beta` 0.01, the `5000 *
+    beta_a` logit) the network stayed near chance.
 
     The spread-loss margin is real state: the model owns `spread_margin`,
     a non-trainable scalar `keras.Variable` that starts at 0.2, and
@@ -102,7 +109,8 @@ class MatrixCapsNet(keras.Model):
         C: Integer, the capsule types of ConvCaps1. Defaults to `32`.
         D: Integer, the capsule types of ConvCaps2. Defaults to `32`.
         routing_iterations: Integer, the EM iterations of every routed
-            layer. Defaults to `3`.
+            layer. Defaults to `2` (the paper uses 3, which learned far
+            more slowly here; see docs/em_routing.md).
         coordinate_addition: Boolean, whether the class capsules add the
             position of each input capsule to its votes. Defaults to
             `True`.
@@ -155,7 +163,7 @@ class MatrixCapsNet(keras.Model):
         B=32,
         C=32,
         D=32,
-        routing_iterations=3,
+        routing_iterations=2,
         coordinate_addition=True,
         weight_decay=2e-7,
         **kwargs,
