@@ -67,8 +67,23 @@ def add_matrix_capsnet_arguments(parser, data_files, output):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=output,
                         help="Where to save the trained model.")
+    add_backup_argument(parser)
     parser.add_argument("--smoke", action="store_true",
                         help="One epoch of a few steps on a tiny network.")
+
+
+def add_backup_argument(parser):
+    """Adds `--backup-dir`, the folder of `keras.callbacks.BackupAndRestore`.
+
+    An interrupted run started again with the same flags resumes from the
+    last finished epoch: weights, optimizer state (so the learning-rate
+    schedule's step) and the model's `spread_margin` variable come back.
+    """
+    parser.add_argument("--backup-dir", default=None,
+                        help="Back up the training state here after every "
+                        "epoch and resume from it when the run is started "
+                        "again (keras.callbacks.BackupAndRestore); deleted "
+                        "when training finishes.")
 
 
 def apply_matrix_capsnet_smoke(args):
@@ -163,10 +178,13 @@ def fit_and_evaluate(
     `train` and `test` are batched datasets, which shuffle themselves, or
     `(x, y)` pairs of NumPy arrays, batched by `--batch-size`.
     """
+    callbacks = list(callbacks)
+    if getattr(args, "backup_dir", None):
+        callbacks.append(keras.callbacks.BackupAndRestore(args.backup_dir))
     fit_kwargs = dict(
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
-        callbacks=list(callbacks),
+        callbacks=callbacks,
         verbose=1,
     )
     evaluate_kwargs = dict(steps=evaluate_steps, return_dict=True, verbose=1)

@@ -76,6 +76,7 @@ def parse_args(argv=None):
     parser.add_argument("--routing-iterations", type=int, default=3)
     parser.add_argument("--reconstruction-weight", type=float, default=0.0005)
     parser.add_argument("--seed", type=int, default=0)
+    _training.add_backup_argument(parser)
     parser.add_argument(
         "--output-dir",
         default=os.path.join("runs", "capsnet_mnist"),
