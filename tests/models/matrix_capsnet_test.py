@@ -167,6 +167,52 @@ class MatrixCapsNetTest(TestCase):
             int(keras.ops.convert_to_numpy(loaded.optimizer.iterations)), 2
         )
 
+    def test_interrupted_fit_resumes_margin_and_step(self):
+        # What `--backup-dir` of the examples does: a run stopped after two
+        # of four epochs and started again in a fresh model continues with
+        # the optimizer step, the learning-rate schedule and the spread
+        # margin of an uninterrupted run.
+        x, y = _data(batch=8)
+        backup = os.path.join(self.get_temp_dir(), "backup")
+
+        class Interrupt(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                if epoch == 2:
+                    raise RuntimeError("interrupted")
+
+        def run(extra_callbacks):
+            keras.utils.set_random_seed(0)
+            model = MatrixCapsNet(**_TINY)
+            model.compile()
+            callbacks = [
+                SpreadMarginScheduler(ramp_epochs=4, update_freq="epoch"),
+                keras.callbacks.BackupAndRestore(backup),
+            ] + extra_callbacks
+            try:
+                model.fit(
+                    x, y, epochs=4, batch_size=4, callbacks=callbacks,
+                    verbose=0,
+                )
+            except RuntimeError:
+                pass
+            return model
+
+        class Epochs(keras.callbacks.Callback):
+            seen = []
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self.seen.append(epoch)
+
+        interrupted = run([Interrupt()])
+        self.assertEqual(int(interrupted.optimizer.iterations), 4)
+        resumed = run([Epochs()])
+        self.assertEqual(Epochs.seen, [2, 3])
+        self.assertEqual(int(resumed.optimizer.iterations), 8)
+        # The linear ramp over 4 epochs sets epoch 3's margin at its start.
+        self.assertAllClose(
+            resumed.spread_margin, 0.2 + 0.7 * 3 / 4, atol=1e-6
+        )
+
     def test_config_round_trip(self):
         kwargs = dict(_TINY, coordinate_addition=False, weight_decay=1e-6)
         model = MatrixCapsNet(name="matrix", **kwargs)
