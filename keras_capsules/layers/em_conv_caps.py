@@ -76,9 +76,9 @@ class EMConvCaps(keras.layers.Layer):
             `"all_parents"`: how the E-step normalises the assignments of
             a child that overlapping windows share (see
             `keras_capsules.ops.em_conv_routing`). Defaults to `"window"`:
-            with the other two, the paper's small network stayed near
-            chance for the first 100 training steps on MNIST
-            (docs/em_routing.md).
+            with `"all_parents"`, all else equal, the paper's small
+            network reached 20 % MNIST test accuracy after 100 steps
+            against 62 % (docs/em_routing.md).
         kernel_initializer: Initializer for the transformation matrices.
             Defaults to `None`, which means `TruncatedNormal(stddev=0.3)`
             (the official value).

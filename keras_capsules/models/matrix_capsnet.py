@@ -74,9 +74,9 @@ class MatrixCapsNet(keras.Model):
     (docs/em_routing.md): each convolutional window routes its own
     children, 2 EM iterations, the paper's M-step with an inverse
     temperature of 1e-3 and `beta_v = beta_a = 0` at the start. With the
-    official routing settings (the per-type normalisation over
-    overlapping windows, 3 iterations, `final_beta` 0.01, the `5000 *
-    beta_a` logit) the network stayed near chance.
+    previous defaults (the all-parents normalisation, 3 iterations, the
+    official M-step with `final_beta` 0.01 and its `5000 * beta_a` term)
+    the network stayed near chance.
 
     The spread-loss margin is real state: the model owns `spread_margin`,
     a non-trainable scalar `keras.Variable` that starts at 0.2, and
