@@ -593,10 +593,10 @@ def _em_conv_routing(
     beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
 
     # Child-level tensors (no pose axes; a trailing parent-type axis of
-    # size `types` or none) move between the routing layout and the tiles
+    # size `types`, or none) move between the routing layout and the tiles
     # (batch, out_h, out_w, kernel_h, kernel_w, num_in * types) that the
     # folds take. Only these small tensors are ever transposed.
-    def to_tiles(x, types=1):
+    def to_tiles(x, types):
         if children_first:
             x = ops.moveaxis(x, 0, 3)
         return ops.reshape(
@@ -616,12 +616,13 @@ def _em_conv_routing(
             return x[:, :, :, :, None, :, None]
         return x[..., None]
 
-    def gather(x, types=None, reduction="sum"):
-        # For every window entry, the `reduction` of `x` over all the
-        # window entries that hold the same child (and type).
+    def gather(x, reduction="sum"):
+        # For every window entry and type, the `reduction` of `x` over all
+        # the window entries that hold the same child; `x` has a trailing
+        # type axis (of size 1 to gather over all types at once).
+        types = x.shape[-1]
         folded = fold_capsule_patches(
-            to_tiles(x, types or 1), (height, width), strides, padding,
-            reduction,
+            to_tiles(x, types), (height, width), strides, padding, reduction
         )
         return from_tiles(
             extract_capsule_patches(folded, kernel_size, strides, padding),
@@ -657,36 +658,30 @@ def _em_conv_routing(
             padding,
         )
         counts = from_tiles(counts * ops.ones((num_in,), compute_dtype))
-        real = ops.cast(counts > 0, compute_dtype)[..., None]
+        counts = counts[..., None]
+        real = ops.cast(counts > 0, compute_dtype)
         per_type = normalization == "official"
         if per_type:
             # The official start: 1 / num_out in every window.
             initial = ones * real / num_out
         else:
             # Uniform over every (position, type) parent of the child.
-            initial = ones * real / (num_out * ops.maximum(counts, 1.0)[
-                ..., None
-            ])
+            initial = ones * real / (num_out * ops.maximum(counts, 1.0))
         fold_epsilon = options["epsilon"]
-        types = num_out if per_type else None
 
         def normalize(log_p):
             log_p = ops.squeeze(log_p, axis=pose_axes)
-            local = log_p if per_type else ops.amax(log_p, axis=-1)
+            local = (
+                log_p if per_type else ops.amax(log_p, axis=-1, keepdims=True)
+            )
             # In padding entries the folded maximum reads 0; the local
             # maximum still bounds their exponentials by 1.
             shift = ops.stop_gradient(
-                ops.maximum(gather(local, types, "max"), local)
+                ops.maximum(gather(local, "max"), local)
             )
-            if not per_type:
-                shift = ops.expand_dims(shift, -1)
             exp = ops.exp(log_p - shift)
-            total = gather(
-                exp if per_type else ops.sum(exp, axis=-1), types
-            )
-            total = ops.maximum(total, fold_epsilon)
-            if not per_type:
-                total = ops.expand_dims(total, -1)
+            summed = exp if per_type else ops.sum(exp, axis=-1, keepdims=True)
+            total = ops.maximum(gather(summed), fold_epsilon)
             return with_pose_axes(exp / total * real)
 
     mean, logit, assignments = _em_iterations(
