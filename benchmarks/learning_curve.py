@@ -34,7 +34,6 @@ Usage:
 import argparse
 import json
 import os
-import platform
 import time
 
 import keras
@@ -42,6 +41,7 @@ import numpy as np
 
 import keras_capsules
 from benchmarks.common import MATRIX_CAPSNET_CONFIGS
+from benchmarks.common import environment
 from keras_capsules.datasets import mnist
 
 
@@ -211,6 +211,7 @@ def run_seed(args, seed, data):
 
 
 def cpu_model():
+    """The CPU's model name (`lscpu`'s), which `environment()` lacks."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
@@ -218,7 +219,7 @@ def cpu_model():
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
 
 
 def main(argv=None):
@@ -235,10 +236,8 @@ def main(argv=None):
     if args.json:
         record = {
             "args": vars(args),
-            "backend": keras.backend.backend(),
-            "keras": keras.__version__,
+            **environment(),
             "cpu": cpu_model(),
-            "cores": os.cpu_count(),
             "runs": runs,
         }
         with open(args.json, "w") as file:
