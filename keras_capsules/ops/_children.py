@@ -13,14 +13,15 @@ is a fused product (such as `weights * votes`, with `weights` broadcast
 over the pose) as a slow loop: ~90 ms for 288 children of a `(288, 288,
 32, 16)` float32 product on TensorFlow, against ~10 ms when the same sum
 is written as 8 slice additions followed by a `reduce` over the remaining
-36. So with XLA (TensorFlow and JAX) the sums take that chunked form, and
-both functions carry custom gradients so that the backward pass uses it
-too instead of the plain `reduce` that differentiating a broadcast
-produces. On JAX the chunked form measured faster only once XLA fuses
-elementwise work itself (`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`,
-see the README): EMConvCaps 14x14x32 -> 32, batch 16, 15.5 training img/s
-against 10.2 with plain sums. PyTorch runs eagerly, where its own `sum`
-is the fast path: it gets plain sums and broadcasting.
+36 (`_chunk_count` picks the slices for other sizes). So with XLA
+(TensorFlow and JAX) the sums take that chunked form, and both functions
+carry custom gradients so that the backward pass uses it too instead of
+the plain `reduce` that differentiating a broadcast produces. On JAX the
+chunked form measured faster only once XLA fuses elementwise work itself
+(`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`, see the README):
+EMConvCaps 14x14x32 -> 32, batch 16, 15.5 training img/s against 10.2
+with plain sums. PyTorch runs eagerly, where its own `sum` is the fast
+path: it gets plain sums and broadcasting.
 """
 
 import keras
@@ -41,10 +42,31 @@ def _slice(x, axis, start, stop):
     return x[tuple(index)]
 
 
+def _chunk_count(size):
+    """How many slices `_chunked_sum` adds before its final `reduce`.
+
+    The most slices that leave more than 32 children each. XLA's CPU
+    tree-reduction rewrite splits only a reduced axis longer than 32 into
+    a `reduce-window`, and only then does it keep the slice additions in a
+    separate, vectorised loop: with 32 or fewer left, the slices, their
+    product and the `reduce` fuse into one scalar loop per parent, several
+    times slower. Weighted sum over the children of float32 votes `(children,
+    batch 32, positions, 4, 16, 4)`, TF+XLA, 2-core CPU: 144 children, 16
+    positions: 8 slices of 18, 63 ms; 4 of 36, 6.7 ms; 256 children, 16
+    positions: 8 of 32, 158 ms; 4 of 64, 29 ms; 72 children, 36 positions:
+    8 of 9, 51 ms; 2 of 36, 28 ms. 288 children keep the 8 slices of 36
+    this was first tuned with.
+    """
+    return max(
+        (n for n in range(1, size + 1) if size % n == 0 and size // n > 32),
+        default=1,
+    )
+
+
 def _chunked_sum(x, axis):
     """Sum over `axis`, kept with size 1: chunks added, then one reduce."""
     size = x.shape[axis]
-    chunks = next((n for n in (8, 9, 7, 6, 5, 4, 3, 2) if size % n == 0), 1)
+    chunks = _chunk_count(size)
     step = size // chunks
     total = _slice(x, axis, 0, step)
     for start in range(step, size, step):

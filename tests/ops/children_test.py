@@ -59,12 +59,29 @@ def _one_sgd_step(plain, x, u, u2):
 
 
 class ChildrenSumTest(TestCase):
-    @parameterized.parameters(1, 2, 7, 12, 288, 31)
+    @parameterized.parameters(1, 2, 7, 12, 288, 31, 33, 72, 144, 256, 67)
     def test_chunked_sum_matches_numpy(self, size):
         x = np.random.default_rng(size).normal(size=(3, size, 5))
         x = x.astype("float32")
         actual = _children._chunked_sum(keras.ops.convert_to_tensor(x), 1)
         self.assertAllClose(actual, x.sum(axis=1, keepdims=True), atol=1e-5)
+
+    @parameterized.parameters(
+        (32, 1),
+        (33, 1),
+        (66, 2),
+        (67, 1),
+        (72, 2),
+        (144, 4),
+        (256, 4),
+        (288, 8),
+        (512, 8),
+        (576, 16),
+    )
+    def test_chunk_count_leaves_more_than_32_per_slice(self, size, expected):
+        # XLA's CPU tree-reduction rewrite, which keeps the slice additions
+        # vectorised, splits only reduced axes longer than 32.
+        self.assertEqual(_children._chunk_count(size), expected)
 
     def test_values_and_gradients_match_plain_sums(self):
         rng = np.random.default_rng(1)
@@ -132,9 +149,7 @@ class FusedStepsTest(TestCase):
         weights = rng.uniform(0.1, 1.0, size=weights_shape)
         mean = rng.normal(size=(1,) + self.shape[1:])
         variance = rng.uniform(0.5, 2.0, size=(1,) + self.shape[1:])
-        return [
-            a.astype("float32") for a in (votes, weights, mean, variance)
-        ]
+        return [a.astype("float32") for a in (votes, weights, mean, variance)]
 
     @parameterized.named_parameters(
         ("per_parent", (6, 2, 1, 3, 1), False),
@@ -174,9 +189,7 @@ class FusedStepsTest(TestCase):
         upstream = np.random.default_rng(5).normal(size=(1,) + self.shape[1:])
         upstream = upstream.astype("float32")
         value, (d_weights, d_votes, d_mean) = _value_and_gradients(
-            lambda w, v, m: _children.weighted_variance(
-                w, v, m, 0, automatic
-            ),
+            lambda w, v, m: _children.weighted_variance(w, v, m, 0, automatic),
             [weights, votes, mean],
             upstream,
         )
