@@ -125,6 +125,11 @@ def environment():
         # times over on JAX (see the README), so they are part of the
         # record.
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        # Page faults of a fresh allocation per step cost TensorFlow a
+        # third of its training speed (see benchmarks/__init__.py).
+        "tf_cpu_allocator_use_bfc": os.environ.get(
+            "TF_CPU_ALLOCATOR_USE_BFC", ""
+        ),
     }
 
 
@@ -240,4 +245,3 @@ def time_predict_steps(model, x, steps=10, warmup=2):
 def _num_images(x):
     first = x[0] if isinstance(x, (list, tuple)) else x
     return len(first)
-

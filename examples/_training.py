@@ -9,10 +9,17 @@ smaller helpers also serve `capsnet_mnist.py`.
 import argparse
 import os
 
-import keras
-import numpy as np
+# TensorFlow's default CPU allocator returns large buffers to the system,
+# so every training step page-faults its vote-sized temporaries in again;
+# the BFC allocator keeps them. Small MatrixCapsNet, 32x32 images, batch
+# 32, TF+XLA, 2-core CPU: 59 -> 83 training img/s. Read only when
+# TensorFlow starts, so it is set before Keras is imported.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
-import keras_capsules
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import keras_capsules  # noqa: E402
 
 # A, B, C and D of the paper: Conv1 filters, primary capsule types and the
 # capsule types of the two convolutional capsule layers.
@@ -46,7 +53,9 @@ def add_matrix_capsnet_arguments(parser, data_files, output):
                         help="Capsule counts: the paper's full network "
                         "(A=B=C=D=32), its small one (64, 8, 16, 16) or a "
                         "tiny one for smoke runs.")
-    parser.add_argument("--routing-iterations", type=int, default=3)
+    parser.add_argument("--routing-iterations", type=int, default=None,
+                        help="EM routing iterations of every routed layer "
+                        "(default: the layers' default, 2).")
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--decay-steps", type=int, default=20000)
     parser.add_argument("--decay-rate", type=float, default=0.96)
@@ -73,7 +82,8 @@ def add_matrix_capsnet_arguments(parser, data_files, output):
 
 
 def add_backup_argument(parser):
-    """Adds `--backup-dir`, the folder of `keras.callbacks.BackupAndRestore`.
+    """Adds `--backup-dir` (`keras.callbacks.BackupAndRestore`), and the
+    per-epoch records `--validate` and `--log-csv` that go with long runs.
 
     An interrupted run started again with the same flags resumes from the
     last finished epoch: weights, optimizer state (so the learning-rate
@@ -84,6 +94,13 @@ def add_backup_argument(parser):
                         "epoch and resume from it when the run is started "
                         "again (keras.callbacks.BackupAndRestore); deleted "
                         "when training finishes.")
+    parser.add_argument("--validate", action="store_true",
+                        help="Evaluate on the test set after every epoch "
+                        "(val_accuracy in the logs).")
+    parser.add_argument("--log-csv", default=None,
+                        help="Append every epoch's logs to this CSV file "
+                        "(keras.callbacks.CSVLogger), so that a resumed run "
+                        "keeps one learning curve.")
 
 
 def apply_matrix_capsnet_smoke(args):
@@ -109,12 +126,15 @@ def train_matrix_capsnet(args, load_data, input_shape, num_classes):
     """
     keras.utils.set_random_seed(args.seed)
     train, test = load_data(args)
+    options = {}
+    if args.routing_iterations is not None:
+        options["routing_iterations"] = args.routing_iterations
     model = keras_capsules.models.MatrixCapsNet(
         input_shape=input_shape,
         num_classes=num_classes,
-        routing_iterations=args.routing_iterations,
         weight_decay=args.weight_decay,
         **MATRIX_CAPSNET_CONFIGS[args.config],
+        **options,
     )
     model.compile(optimizer=decayed_adam(args),
                   jit_compile=jit_compile(args.jit))
@@ -181,14 +201,21 @@ def fit_and_evaluate(
     callbacks = list(callbacks)
     if getattr(args, "backup_dir", None):
         callbacks.append(keras.callbacks.BackupAndRestore(args.backup_dir))
+    if getattr(args, "log_csv", None):
+        callbacks.append(keras.callbacks.CSVLogger(args.log_csv, append=True))
     fit_kwargs = dict(
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
         callbacks=callbacks,
         verbose=1,
     )
+    if getattr(args, "validate", False):
+        fit_kwargs["validation_steps"] = evaluate_steps
     evaluate_kwargs = dict(steps=evaluate_steps, return_dict=True, verbose=1)
     if isinstance(train, tuple):
+        if "validation_steps" in fit_kwargs:
+            fit_kwargs["validation_data"] = test
+            fit_kwargs["validation_batch_size"] = args.batch_size
         model.fit(
             *train, batch_size=args.batch_size, shuffle=True, **fit_kwargs
         )
@@ -196,6 +223,8 @@ def fit_and_evaluate(
             *test, batch_size=args.batch_size, **evaluate_kwargs
         )
     else:
+        if "validation_steps" in fit_kwargs:
+            fit_kwargs["validation_data"] = test
         model.fit(train, shuffle=False, **fit_kwargs)
         metrics = model.evaluate(test, **evaluate_kwargs)
     print(f"Test accuracy: {metrics['accuracy']:.4f}")
