@@ -210,18 +210,6 @@ def run_seed(args, seed, data):
     return {"seed": seed, "curve": curve}
 
 
-def cpu_model():
-    """The CPU's model name (`lscpu`'s), which `environment()` lacks."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def main(argv=None):
     args = parse_args(argv)
     data = load_data(args)
@@ -237,7 +225,6 @@ def main(argv=None):
         record = {
             "args": vars(args),
             **environment(),
-            "cpu": cpu_model(),
             "runs": runs,
         }
         with open(args.json, "w") as file:
