@@ -12,8 +12,8 @@ import os
 # TensorFlow's default CPU allocator returns large buffers to the system,
 # so every training step page-faults its vote-sized temporaries in again;
 # the BFC allocator keeps them. Small MatrixCapsNet, 32x32 images, batch
-# 32, TF+XLA, 2-core CPU: 59 -> 83 training img/s. Read only when
-# TensorFlow starts, so it is set before Keras is imported.
+# 32, TF+XLA, 2-core CPU: 69 -> 80 training img/s (docs/performance.md).
+# Read only when TensorFlow starts, so it is set before Keras is imported.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 import keras  # noqa: E402

@@ -50,12 +50,12 @@ def _chunk_count(size):
     a `reduce-window`, and only then does it keep the slice additions in a
     separate, vectorised loop: with 32 or fewer left, the slices, their
     product and the `reduce` fuse into one scalar loop per parent, several
-    times slower. Weighted sum over the children of float32 votes `(children,
-    batch 32, positions, 4, 16, 4)`, TF+XLA, 2-core CPU: 144 children, 16
-    positions: 8 slices of 18, 63 ms; 4 of 36, 6.7 ms; 256 children, 16
-    positions: 8 of 32, 158 ms; 4 of 64, 29 ms; 72 children, 36 positions:
-    8 of 9, 51 ms; 2 of 36, 28 ms. 288 children keep the 8 slices of 36
-    this was first tuned with.
+    times slower. `python -m benchmarks.children_sums` (weighted sum over
+    the children of float32 votes `(children, 32, positions, 4, 16, 4)`,
+    TF+XLA, 2-core CPU): 72 children, 8 slices of 9: 50.9 ms, 2 of 36:
+    8.9 ms; 144 children, 8 of 18: 76.1 ms, 4 of 36: 6.6 ms; 256
+    children, 8 of 32: 151.7 ms, 4 of 64: 10.5 ms. 288 children keep the
+    8 slices of 36 this was first tuned with.
     """
     return max(
         (n for n in range(1, size + 1) if size % n == 0 and size // n > 32),
