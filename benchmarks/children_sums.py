@@ -58,14 +58,6 @@ def _jit(fn):
     raise SystemExit("XLA backends only: KERAS_BACKEND=tensorflow or jax.")
 
 
-def _sliced_sum(x, slices):
-    step = x.shape[0] // slices
-    total = x[:step]
-    for start in range(step, x.shape[0], step):
-        total = total + x[start : start + step]
-    return keras.ops.sum(total, axis=0, keepdims=True)
-
-
 def time_sum(children, positions, num_out, slices, batch, steps):
     """Median seconds of one jit-compiled weighted sum over the children."""
     rng = np.random.default_rng(0)
@@ -73,7 +65,7 @@ def time_sum(children, positions, num_out, slices, batch, steps):
     weights = rng.random((children, batch, positions, 1, num_out, 1))
     votes = keras.ops.convert_to_tensor(votes.astype("float32"))
     weights = keras.ops.convert_to_tensor(weights.astype("float32"))
-    fn = _jit(lambda w, v: _sliced_sum(w * v, slices))
+    fn = _jit(lambda w, v: _children._sliced_sum(w * v, 0, slices))
     keras.ops.convert_to_numpy(fn(weights, votes))
     times = []
     for _ in range(steps):

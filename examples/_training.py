@@ -210,21 +210,20 @@ def fit_and_evaluate(
         verbose=1,
     )
     if getattr(args, "validate", False):
-        fit_kwargs["validation_steps"] = evaluate_steps
+        fit_kwargs.update(validation_data=test, validation_steps=evaluate_steps)
     evaluate_kwargs = dict(steps=evaluate_steps, return_dict=True, verbose=1)
     if isinstance(train, tuple):
-        if "validation_steps" in fit_kwargs:
-            fit_kwargs["validation_data"] = test
-            fit_kwargs["validation_batch_size"] = args.batch_size
         model.fit(
-            *train, batch_size=args.batch_size, shuffle=True, **fit_kwargs
+            *train,
+            batch_size=args.batch_size,
+            validation_batch_size=args.batch_size,
+            shuffle=True,
+            **fit_kwargs,
         )
         metrics = model.evaluate(
             *test, batch_size=args.batch_size, **evaluate_kwargs
         )
     else:
-        if "validation_steps" in fit_kwargs:
-            fit_kwargs["validation_data"] = test
         model.fit(train, shuffle=False, **fit_kwargs)
         metrics = model.evaluate(test, **evaluate_kwargs)
     print(f"Test accuracy: {metrics['accuracy']:.4f}")

@@ -65,9 +65,14 @@ def _chunk_count(size):
 
 def _chunked_sum(x, axis):
     """Sum over `axis`, kept with size 1: chunks added, then one reduce."""
+    return _sliced_sum(x, axis, _chunk_count(x.shape[axis]))
+
+
+def _sliced_sum(x, axis, slices):
+    """Sum over `axis`, kept with size 1: `slices` equal slices added,
+    then one reduce over what is left (`slices` divides the size)."""
     size = x.shape[axis]
-    chunks = _chunk_count(size)
-    step = size // chunks
+    step = size // slices
     total = _slice(x, axis, 0, step)
     for start in range(step, size, step):
         total = total + _slice(x, axis, start, start + step)
