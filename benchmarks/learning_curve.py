@@ -18,7 +18,8 @@ Models (`--model`):
 
 Layer options can be overridden for the routed layers of either model
 (`--routing-normalization`, `--routing-mode`, `--routing-iterations`,
-`--final-lambda`, `--conv-stddev`, `--class-stddev`, `--beta`), which is how
+`--final-lambda`, `--lambda-scale`, `--min-variance`, `--conv-stddev`,
+`--class-stddev`, `--beta`), which is how
 the candidates were compared.
 
 Data: the four MNIST `.gz` files in `--mnist-dir` (read with
@@ -59,12 +60,18 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--test-images", type=int, default=2000)
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="Constant Adam learning rate. Defaults to "
+                        "compile()'s optimizer for matrix_capsnet, 0.01 for "
+                        "functional.")
     parser.add_argument("--margin", type=float, default=0.2)
     parser.add_argument("--routing-normalization", default=None)
     parser.add_argument("--routing-mode", default=None)
     parser.add_argument("--routing-iterations", type=int, default=None)
     parser.add_argument("--final-lambda", type=float, default=None)
+    parser.add_argument("--lambda-scale", type=float, default=None,
+                        help="EMClassCaps lambda_scale.")
+    parser.add_argument("--min-variance", type=float, default=None)
     parser.add_argument("--conv-stddev", type=float, default=None)
     parser.add_argument("--class-stddev", type=float, default=None)
     parser.add_argument("--beta", type=float, default=None,
@@ -107,12 +114,16 @@ def routed_overrides(args):
         common["routing_iterations"] = args.routing_iterations
     if args.final_lambda is not None:
         common["final_lambda"] = args.final_lambda
+    if args.min_variance is not None:
+        common["min_variance"] = args.min_variance
     if args.beta is not None:
         common["beta_v_initializer"] = keras.initializers.Constant(args.beta)
         common["beta_a_initializer"] = keras.initializers.Constant(args.beta)
     conv, dense = dict(common), dict(common)
     # Class capsules route densely: every child feeds every class.
     dense.pop("routing_normalization", None)
+    if args.lambda_scale is not None:
+        dense["lambda_scale"] = args.lambda_scale
     if args.conv_stddev is not None:
         conv["kernel_initializer"] = keras.initializers.TruncatedNormal(
             stddev=args.conv_stddev
@@ -134,7 +145,11 @@ def build_model(args):
         for layer in (model.conv_caps1, model.conv_caps2):
             _override(layer, conv_kwargs)
         _override(model.class_caps, class_kwargs)
+        optimizer = "auto"
+        if args.learning_rate is not None:
+            optimizer = keras.optimizers.Adam(args.learning_rate)
         model.compile(
+            optimizer=optimizer,
             loss=keras_capsules.losses.SpreadLoss(margin=args.margin),
             jit_compile=keras.backend.backend() != "torch",
         )
@@ -155,7 +170,7 @@ def build_model(args):
     )
     model = keras.Model(images, activations)
     model.compile(
-        optimizer=keras.optimizers.Adam(args.learning_rate),
+        optimizer=keras.optimizers.Adam(args.learning_rate or 0.01),
         loss=keras_capsules.losses.SpreadLoss(margin=args.margin),
         metrics=["accuracy"],
         jit_compile=keras.backend.backend() != "torch",

@@ -71,9 +71,10 @@ class MatrixCapsNet(keras.Model):
     convolutional capsule transforms with 0.3 and the class transforms
     with 0.01 (the `EMConvCaps` and `EMClassCaps` defaults). The routed
     layers run with their defaults, chosen from learning curves on MNIST
-    (docs/em_routing.md): each convolutional window routes its own
-    children, 2 EM iterations, the paper's M-step with an inverse
-    temperature of 1e-3 and `beta_v = beta_a = 0` at the start. With the
+    (docs/em_routing.md): the official per-type normalisation of the
+    assignments over overlapping windows, 2 EM iterations, the paper's
+    M-step with an inverse temperature of 1e-3 and `beta_v = beta_a = 0`
+    at the start. With the
     previous defaults (the all-parents normalisation, 3 iterations, the
     official M-step with `final_beta` 0.01 and its `5000 * beta_a` term)
     the network stayed near chance.

@@ -175,8 +175,9 @@ def fold_capsule_patches(
     check_option(reduction, "reduction", _REDUCTIONS)
     kernel_size = shape[3:5]
     trailing = shape[5:]
-    geometry = patch_geometry(grid_size, kernel_size, strides, padding)
-    (out_h, out_w), (pad_top, pad_bottom, pad_left, pad_right) = geometry
+    (out_h, out_w), _ = patch_geometry(
+        grid_size, kernel_size, strides, padding
+    )
     if shape[1:3] != (out_h, out_w):
         raise ValueError(
             "Argument patches does not match grid_size, strides and "
@@ -185,54 +186,13 @@ def fold_capsule_patches(
             f"strides={tuple(strides)}, padding={padding!r}. "
             f"Received: patches.shape={shape}"
         )
-    padded_h = grid_size[0] + pad_top + pad_bottom
-    padded_w = grid_size[1] + pad_left + pad_right
-    # For "max", shifted-in filler must never win against a real entry, so
-    # it is the most negative finite value of the dtype (never -inf, whose
-    # product with a zero mask would be NaN).
-    fill = 0.0 if reduction == "sum" else _lowest_finite(patches.dtype)
-    spread_h = (out_h - 1) * strides[0] + 1
-    spread_w = (out_w - 1) * strides[1] + 1
     channels = math.prod(trailing)
-    kernel_h, kernel_w = kernel_size
-
-    # Spread the tiles onto the stride grid once (trailing axes merged, as
-    # TensorFlow pads tensors of rank 8 at most); each kernel offset is then
-    # one slice and one pad.
-    spread = ops.reshape(
-        patches, (-1, out_h, out_w, kernel_h * kernel_w * channels)
+    tiles = ops.reshape(
+        patches, (-1, out_h, out_w) + tuple(kernel_size) + (channels,)
     )
-    spread = _dilate(spread, strides, fill)[:, :spread_h, :spread_w]
-    spread = ops.reshape(
-        spread, (-1, spread_h, spread_w, kernel_h, kernel_w, channels)
+    folded = _fold_tiles(
+        tiles, grid_size, kernel_size, strides, padding, reduction
     )
-    folded = None
-    for u in range(kernel_h):
-        for v in range(kernel_w):
-            x = pad(
-                spread[:, :, :, u, v],
-                [
-                    (0, 0),
-                    (u, padded_h - u - spread_h),
-                    (v, padded_w - v - spread_w),
-                    (0, 0),
-                ],
-                constant_values=fill,
-            )
-            if folded is None:
-                folded = x
-            elif reduction == "sum":
-                folded = folded + x
-            else:
-                folded = ops.maximum(folded, x)
-    folded = folded[
-        :, pad_top : pad_top + grid_size[0], pad_left : pad_left + grid_size[1]
-    ]
-    if reduction == "max":
-        covered = _coverage_counts(
-            grid_size, kernel_size, strides, padding, folded.dtype
-        )
-        folded = ops.where(covered > 0, folded, ops.zeros_like(folded))
     folded = ops.reshape(folded, (-1,) + grid_size + trailing)
     return folded
 
@@ -425,3 +385,105 @@ def _lowest_finite(dtype):
         # a value just inside float32's lowest is safe.
         return -3.38e38
     return float(np.finfo(dtype).min)
+
+
+def _fold_tiles(
+    tiles, grid_size, kernel_size, strides, padding, reduction,
+    offsets_first=False,
+):
+    """`fold_capsule_patches` on checked arguments and one channel axis.
+
+    `tiles` is `(batch, out_h, out_w, kernel_h, kernel_w, channels)`, or
+    with `offsets_first=True` `(kernel_h, kernel_w, batch, out_h, out_w,
+    channels)`: the layout of the children-first EM routing, which then
+    needs no transpose. Returns `(batch, height, width, channels)`.
+    """
+    geometry = patch_geometry(grid_size, kernel_size, strides, padding)
+    (out_h, out_w), (pad_top, pad_bottom, pad_left, pad_right) = geometry
+    channels = tiles.shape[-1]
+    padded_h = grid_size[0] + pad_top + pad_bottom
+    padded_w = grid_size[1] + pad_left + pad_right
+    # For "max", shifted-in filler must never win against a real entry, so
+    # it is the most negative finite value of the dtype (never -inf, whose
+    # product with a zero mask would be NaN).
+    fill = 0.0 if reduction == "sum" else _lowest_finite(tiles.dtype)
+    spread_h = (out_h - 1) * strides[0] + 1
+    spread_w = (out_w - 1) * strides[1] + 1
+    kernel_h, kernel_w = kernel_size
+
+    # Spread the tiles onto the stride grid once (the other axes merged, as
+    # TensorFlow pads tensors of rank 8 at most); each kernel offset is then
+    # one slice and one pad.
+    if offsets_first:
+        spread = ops.reshape(tiles, (-1, out_h, out_w, channels))
+    else:
+        spread = ops.reshape(
+            tiles, (-1, out_h, out_w, kernel_h * kernel_w * channels)
+        )
+    spread = _dilate(spread, strides, fill)[:, :spread_h, :spread_w]
+    if offsets_first:
+        spread = ops.reshape(
+            spread, (kernel_h, kernel_w, -1, spread_h, spread_w, channels)
+        )
+    else:
+        spread = ops.reshape(
+            spread, (-1, spread_h, spread_w, kernel_h, kernel_w, channels)
+        )
+    folded = None
+    for u in range(kernel_h):
+        for v in range(kernel_w):
+            x = pad(
+                spread[u, v] if offsets_first else spread[:, :, :, u, v],
+                [
+                    (0, 0),
+                    (u, padded_h - u - spread_h),
+                    (v, padded_w - v - spread_w),
+                    (0, 0),
+                ],
+                constant_values=fill,
+            )
+            if folded is None:
+                folded = x
+            elif reduction == "sum":
+                folded = folded + x
+            else:
+                folded = ops.maximum(folded, x)
+    folded = folded[
+        :, pad_top : pad_top + grid_size[0], pad_left : pad_left + grid_size[1]
+    ]
+    if reduction == "max":
+        covered = _coverage_counts(
+            grid_size, kernel_size, strides, padding, folded.dtype
+        )
+        folded = ops.where(covered > 0, folded, ops.zeros_like(folded))
+    return folded
+
+
+def _tile_by_slices(x, kernel_size, strides, padding, offsets_first=False):
+    """`extract_capsule_patches` of `(batch, height, width, channels)`, as
+    one strided slice per kernel offset; with `offsets_first=True` the
+    result is `(kernel_h, kernel_w, batch, out_h, out_w, channels)`.
+
+    For the small child-level tensors of the overlapping EM
+    normalisations: their gradient is then a pad per offset, where the
+    convolution behind `keras.ops.image.extract_patches` has the input
+    gradient of a strided convolution, which XLA runs slowly on CPU.
+    """
+    height, width = x.shape[1:3]
+    geometry = patch_geometry((height, width), kernel_size, strides, padding)
+    (out_h, out_w), (pad_top, pad_bottom, pad_left, pad_right) = geometry
+    if pad_top or pad_bottom or pad_left or pad_right:
+        x = pad(
+            x, ((0, 0), (pad_top, pad_bottom), (pad_left, pad_right), (0, 0))
+        )
+    span_h = (out_h - 1) * strides[0] + 1
+    span_w = (out_w - 1) * strides[1] + 1
+    axis = 0 if offsets_first else 3
+    rows = []
+    for u in range(kernel_size[0]):
+        row = [
+            x[:, u : u + span_h : strides[0], v : v + span_w : strides[1]]
+            for v in range(kernel_size[1])
+        ]
+        rows.append(ops.stack(row, axis=axis))
+    return ops.stack(rows, axis=axis)

@@ -19,8 +19,9 @@ from keras_capsules.ops._children import weighted_mean
 from keras_capsules.ops._children import weighted_variance
 from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops.patches import _coverage_counts
+from keras_capsules.ops.patches import _fold_tiles
+from keras_capsules.ops.patches import _tile_by_slices
 from keras_capsules.ops.patches import extract_capsule_patches
-from keras_capsules.ops.patches import fold_capsule_patches
 from keras_capsules.ops.squash import squash
 
 # Dynamic routing (Sabour et al. 2017)
@@ -374,7 +375,7 @@ def em_conv_routing(
     min_variance=5e-4,
     epsilon=None,
     mode="official",
-    normalization="window",
+    normalization="official",
     return_assignments=False,
 ):
     """EM routing between two convolutional grids of matrix capsules.
@@ -386,20 +387,23 @@ def em_conv_routing(
     its window. The paper does not say how the E-step treats a child that
     several overlapping windows see; `normalization` chooses:
 
-    - `"window"` (default): every window routes its own children, as the
-      public ports that learn do. `R` starts at `1 / num_out` and the
-      E-step is a softmax over the output types of the window; a child
-      seen by `n` windows is `n` independent children. Measured on MNIST
-      (docs/em_routing.md), all else equal: the paper's small network
-      reached 62 % test accuracy after 100 steps with it and 20 % with
-      `"all_parents"` (`"official"` was not part of that comparison).
-    - `"official"`: the official code's intent. `R` starts at `1 /
-      num_out` in every window, and the E-step normalises each output
-      type separately over all the windows that contain the child, so a
-      child's assignments sum to 1 per output type, `num_out` in all. The
-      official code groups the overlapping window entries as if the stride
-      were 1 (at stride 2 it pairs entries of different children); here
-      they are grouped by the child they hold, at any stride.
+    - `"official"` (default): the official code's intent. `R` starts at
+      `1 / num_out` in every window, and the E-step normalises each
+      output type separately over all the windows that contain the
+      child, so a child's assignments sum to 1 per output type, `num_out`
+      in all. The official code groups the overlapping window entries as
+      if the stride were 1 (at stride 2 it pairs entries of different
+      children); here they are grouped by the child they hold, at any
+      stride. Measured on MNIST (docs/em_routing.md), all else equal: the
+      paper's small network reached 93.3-94.2 % test accuracy after 600
+      steps of 32 images with it, against 89.5-90.5 % with `"window"`.
+    - `"window"`: every window routes its own children, as the public
+      ports that learn do. `R` starts at `1 / num_out` and the E-step is a
+      softmax over the output types of the window; a child seen by `n`
+      windows is `n` independent children. The cheapest of the three (no
+      folds): the small network trains about 14 % faster with it. With it
+      the paper's small network reached 62 % test accuracy after 100
+      steps, against 20 % with `"all_parents"`.
     - `"all_parents"`: a child's assignments are normalised over every
       parent it feeds, all output types at all positions whose window
       contains it, and start uniform over them, `1 / (num_out * n)` for a
@@ -414,9 +418,10 @@ def em_conv_routing(
     over the set it is normalised over before `exp`, so that set's largest
     term is exactly 1 and its sum at least 1. That maximum is computed
     without a dense child-by-parent tensor: folded onto the input grid
-    with `fold_capsule_patches(reduction="max")` and tiled back with
-    `extract_capsule_patches`; the sums of the shifted exponentials travel
-    the same way with `reduction="sum"`, and the division uses
+    as `fold_capsule_patches(reduction="max")` does and tiled back to the
+    windows with one strided slice per kernel offset (cheaper to
+    differentiate on CPU than a patch extraction); the sums of the
+    shifted exponentials travel the same way, and the division uses
     `max(sum, epsilon)`. The shift is held out of the gradient
     (`keras.ops.stop_gradient`); the assignments do not depend on it.
 
@@ -451,7 +456,7 @@ def em_conv_routing(
         mode: `"official"` or `"paper"`, see `em_routing`. Defaults to
             `"official"`.
         normalization: `"window"`, `"official"` or `"all_parents"`, see
-            above. Defaults to `"window"`.
+            above. Defaults to `"official"`.
         return_assignments: Boolean, whether to also return the assignment
             probabilities `R` used by the final M-step. Defaults to
             `False`.
@@ -557,7 +562,7 @@ def _em_conv_routing(
     padding,
     children_first,
     return_assignments,
-    normalization="window",
+    normalization="official",
     **options,
 ):
     """`em_conv_routing` on checked arguments, in one of two vote layouts.
@@ -593,16 +598,8 @@ def _em_conv_routing(
     beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
 
     # Child-level tensors (no pose axes; a trailing parent-type axis of
-    # size `types`, or none) move between the routing layout and the tiles
-    # (batch, out_h, out_w, kernel_h, kernel_w, num_in * types) that the
-    # folds take. Only these small tensors are ever transposed.
-    def to_tiles(x, types):
-        if children_first:
-            x = ops.moveaxis(x, 0, 3)
-        return ops.reshape(
-            x, (-1, out_h, out_w, kernel_h, kernel_w, num_in * types)
-        )
-
+    # size `types`, or none) come from the tiles (batch, out_h, out_w,
+    # kernel_h, kernel_w, num_in * types) of `extract_capsule_patches`.
     def from_tiles(x, types=None):
         shape = (-1, out_h, out_w, num_children)
         x = ops.reshape(x, shape if types is None else shape + (types,))
@@ -619,15 +616,42 @@ def _em_conv_routing(
     def gather(x, reduction="sum"):
         # For every window entry and type, the `reduction` of `x` over all
         # the window entries that hold the same child; `x` has a trailing
-        # type axis (of size 1 to gather over all types at once).
+        # type axis (of size 1 to gather over all types at once). Each
+        # input type is its own channel of the grid: in the children-first
+        # layout it joins the batch axis, and the kernel offsets stay in
+        # front, so nothing is transposed.
         types = x.shape[-1]
-        folded = fold_capsule_patches(
-            to_tiles(x, types), (height, width), strides, padding, reduction
+        if children_first:
+            tiles = ops.reshape(
+                x, (kernel_h, kernel_w, -1, out_h, out_w, types)
+            )
+            channels = types
+        else:
+            tiles = ops.reshape(
+                x, (-1, out_h, out_w, kernel_h, kernel_w, num_in * types)
+            )
+            channels = num_in * types
+        folded = _fold_tiles(
+            tiles,
+            (height, width),
+            kernel_size,
+            strides,
+            padding,
+            reduction,
+            offsets_first=children_first,
         )
-        return from_tiles(
-            extract_capsule_patches(folded, kernel_size, strides, padding),
-            types,
+        tiled = _tile_by_slices(
+            ops.reshape(folded, (-1, height, width, channels)),
+            kernel_size,
+            strides,
+            padding,
+            offsets_first=children_first,
         )
+        if children_first:
+            return ops.reshape(
+                tiled, (num_children, -1, out_h, out_w, types)
+            )
+        return ops.reshape(tiled, (-1, out_h, out_w, num_children, types))
 
     child_activations = from_tiles(
         extract_capsule_patches(

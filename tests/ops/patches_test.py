@@ -3,6 +3,7 @@ import numpy as np
 from absl.testing import parameterized
 
 from keras_capsules import ops as capsule_ops
+from keras_capsules.ops import patches
 from keras_capsules.testing import TestCase
 
 
@@ -95,6 +96,19 @@ class ExtractCapsulePatchesTest(TestCase):
             np.sum(x * keras.ops.convert_to_numpy(folded["sum"])),
             atol=1e-3,
             rtol=1e-5,
+        )
+
+    @parameterized.named_parameters(*_GRIDS)
+    def test_tiling_by_slices_matches_loops(
+        self, grid, kernel, strides, padding, trailing
+    ):
+        # The slice tiling of the overlapping EM normalisations takes one
+        # channel axis.
+        rng = np.random.default_rng(1)
+        x = rng.normal(size=(2,) + grid + (3,)).astype("float32")
+        tiles = patches._tile_by_slices(x, kernel, strides, padding)
+        self.assertAllClose(
+            tiles, _numpy_extract(x, kernel, strides, padding), atol=0
         )
 
     def test_integer_arguments_and_paper_grid(self):
