@@ -35,11 +35,11 @@ class EMConvCaps(keras.layers.Layer):
     `keras_capsules.ops.em_conv_routing` routes them; by default with the
     official per-type normalisation over overlapping windows
     (`routing_normalization="official"`); each window on its own and the
-    all-parents normalisation of Gritzman (2019) are options. On TensorFlow and
-    JAX the routing runs in the layout the matmul writes (children first),
-    which is faster there and gives the same values. Each output type has
-    its own `beta_v` and `beta_a`, shared over positions, for `2 * C` more
-    weights.
+    all-parents normalisation of Gritzman (2019) are options. On
+    TensorFlow and JAX the routing runs in the layout the matmul writes
+    (children first), which is faster there and gives the same values.
+    Each output type has its own `beta_v` and `beta_a`, shared over
+    positions, for `2 * C` more weights.
 
     On the paper's 32x32 smallNORB network the capsule grids go 14 -> 6
     (ConvCaps1, `kernel_size=3`, `strides=2`) -> 4 (ConvCaps2,

@@ -175,9 +175,7 @@ def fold_capsule_patches(
     check_option(reduction, "reduction", _REDUCTIONS)
     kernel_size = shape[3:5]
     trailing = shape[5:]
-    (out_h, out_w), _ = patch_geometry(
-        grid_size, kernel_size, strides, padding
-    )
+    (out_h, out_w), _ = patch_geometry(grid_size, kernel_size, strides, padding)
     if shape[1:3] != (out_h, out_w):
         raise ValueError(
             "Argument patches does not match grid_size, strides and "
@@ -388,7 +386,12 @@ def _lowest_finite(dtype):
 
 
 def _fold_tiles(
-    tiles, grid_size, kernel_size, strides, padding, reduction,
+    tiles,
+    grid_size,
+    kernel_size,
+    strides,
+    padding,
+    reduction,
     offsets_first=False,
 ):
     """`fold_capsule_patches` on checked arguments and one channel axis.

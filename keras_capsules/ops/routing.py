@@ -648,9 +648,7 @@ def _em_conv_routing(
             offsets_first=children_first,
         )
         if children_first:
-            return ops.reshape(
-                tiled, (num_children, -1, out_h, out_w, types)
-            )
+            return ops.reshape(tiled, (num_children, -1, out_h, out_w, types))
         return ops.reshape(tiled, (-1, out_h, out_w, num_children, types))
 
     child_activations = from_tiles(
@@ -700,9 +698,7 @@ def _em_conv_routing(
             )
             # In padding entries the folded maximum reads 0; the local
             # maximum still bounds their exponentials by 1.
-            shift = ops.stop_gradient(
-                ops.maximum(gather(local, "max"), local)
-            )
+            shift = ops.stop_gradient(ops.maximum(gather(local, "max"), local))
             exp = ops.exp(log_p - shift)
             summed = exp if per_type else ops.sum(exp, axis=-1, keepdims=True)
             total = ops.maximum(gather(summed), fold_epsilon)
