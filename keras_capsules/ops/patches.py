@@ -418,20 +418,14 @@ def _fold_tiles(
     # TensorFlow pads tensors of rank 8 at most); each kernel offset is then
     # one slice and one pad.
     if offsets_first:
-        spread = ops.reshape(tiles, (-1, out_h, out_w, channels))
+        merged = channels
+        spread_shape = (kernel_h, kernel_w, -1, spread_h, spread_w, channels)
     else:
-        spread = ops.reshape(
-            tiles, (-1, out_h, out_w, kernel_h * kernel_w * channels)
-        )
+        merged = kernel_h * kernel_w * channels
+        spread_shape = (-1, spread_h, spread_w, kernel_h, kernel_w, channels)
+    spread = ops.reshape(tiles, (-1, out_h, out_w, merged))
     spread = _dilate(spread, strides, fill)[:, :spread_h, :spread_w]
-    if offsets_first:
-        spread = ops.reshape(
-            spread, (kernel_h, kernel_w, -1, spread_h, spread_w, channels)
-        )
-    else:
-        spread = ops.reshape(
-            spread, (-1, spread_h, spread_w, kernel_h, kernel_w, channels)
-        )
+    spread = ops.reshape(spread, spread_shape)
     folded = None
     for u in range(kernel_h):
         for v in range(kernel_w):

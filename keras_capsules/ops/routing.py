@@ -625,12 +625,10 @@ def _em_conv_routing(
             tiles = ops.reshape(
                 x, (kernel_h, kernel_w, -1, out_h, out_w, types)
             )
-            channels = types
         else:
             tiles = ops.reshape(
                 x, (-1, out_h, out_w, kernel_h, kernel_w, num_in * types)
             )
-            channels = num_in * types
         folded = _fold_tiles(
             tiles,
             (height, width),
@@ -641,7 +639,7 @@ def _em_conv_routing(
             offsets_first=children_first,
         )
         tiled = _tile_by_slices(
-            ops.reshape(folded, (-1, height, width, channels)),
+            folded,
             kernel_size,
             strides,
             padding,
