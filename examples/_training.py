@@ -57,6 +57,11 @@ def add_matrix_capsnet_arguments(parser, data_files, output):
                         help="EM routing iterations of every routed layer "
                         "(default: the layers' default, 2).")
     parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--lr-schedule", choices=("exponential", "cosine"),
+                        default="exponential",
+                        help="Learning-rate schedule: the official "
+                        "exponential decay (--decay-steps, --decay-rate) "
+                        "or a cosine decay to zero over the whole run.")
     parser.add_argument("--decay-steps", type=int, default=20000)
     parser.add_argument("--decay-rate", type=float, default=0.96)
     parser.add_argument("--weight-decay", type=float, default=2e-7)
@@ -114,7 +119,9 @@ def apply_matrix_capsnet_smoke(args):
     return args
 
 
-def train_matrix_capsnet(args, load_data, input_shape, num_classes):
+def train_matrix_capsnet(
+    args, load_data, input_shape, num_classes, build_model=None
+):
     """Trains, evaluates and saves a MatrixCapsNet; returns the metrics.
 
     Args:
@@ -123,21 +130,17 @@ def train_matrix_capsnet(args, load_data, input_shape, num_classes):
             batched dataset or an `(x, y)` pair of NumPy arrays.
         input_shape: `(height, width, channels)` of the images.
         num_classes: The number of classes.
+        build_model: Optional function of `(args, input_shape,
+            num_classes)` returning `(model, compile_kwargs)`, for a model
+            other than `MatrixCapsNet`; the optimizer and `jit_compile`
+            are added to `compile_kwargs` here.
     """
     keras.utils.set_random_seed(args.seed)
     train, test = load_data(args)
-    options = {}
-    if args.routing_iterations is not None:
-        options["routing_iterations"] = args.routing_iterations
-    model = keras_capsules.models.MatrixCapsNet(
-        input_shape=input_shape,
-        num_classes=num_classes,
-        weight_decay=args.weight_decay,
-        **MATRIX_CAPSNET_CONFIGS[args.config],
-        **options,
-    )
-    model.compile(optimizer=decayed_adam(args),
-                  jit_compile=jit_compile(args.jit))
+    build_model = build_model or build_matrix_capsnet
+    model, compile_kwargs = build_model(args, input_shape, num_classes)
+    model.compile(optimizer=decayed_adam(args, train),
+                  jit_compile=jit_compile(args.jit), **compile_kwargs)
     model.summary()
     metrics = fit_and_evaluate(
         model,
@@ -148,23 +151,65 @@ def train_matrix_capsnet(args, load_data, input_shape, num_classes):
         evaluate_steps=MATRIX_SMOKE_STEPS if args.smoke else None,
     )
     loaded = save_and_reload(model, args.output, first_images(test))
-    margin = float(keras.ops.convert_to_numpy(loaded.spread_margin))
+    # MatrixCapsNet owns its margin; another model's lives in its loss.
+    margin = getattr(loaded, "spread_margin", None)
+    if margin is None:
+        margin = loaded.loss.margin
+    margin = float(keras.ops.convert_to_numpy(margin))
     print(f"Spread margin of the reloaded model: {margin:.4f}")
     return metrics
 
 
-def decayed_adam(args):
-    """Adam with the learning rate decayed exponentially, as in both papers.
+def build_matrix_capsnet(args, input_shape, num_classes):
+    """`MatrixCapsNet` of `--config`; `compile()` supplies its loss."""
+    options = {}
+    if args.routing_iterations is not None:
+        options["routing_iterations"] = args.routing_iterations
+    model = keras_capsules.models.MatrixCapsNet(
+        input_shape=input_shape,
+        num_classes=num_classes,
+        weight_decay=args.weight_decay,
+        **MATRIX_CAPSNET_CONFIGS[args.config],
+        **options,
+    )
+    return model, {}
 
-    Reads `--learning-rate`, `--decay-steps` and `--decay-rate`.
+
+def decayed_adam(args, train=None):
+    """Adam with a decaying learning rate.
+
+    Reads `--learning-rate` and `--lr-schedule` (if the parser has it; else
+    exponential): the exponential decay of both papers (`--decay-steps`,
+    `--decay-rate`), or a cosine decay to zero over all the steps of the
+    run, which `train` (a batched dataset or an `(x, y)` pair) then counts.
     """
-    return keras.optimizers.Adam(
-        learning_rate=keras.optimizers.schedules.ExponentialDecay(
+    if getattr(args, "lr_schedule", "exponential") == "cosine":
+        schedule = keras.optimizers.schedules.CosineDecay(
+            args.learning_rate,
+            decay_steps=args.epochs * steps_per_epoch(args, train),
+        )
+    else:
+        schedule = keras.optimizers.schedules.ExponentialDecay(
             args.learning_rate,
             decay_steps=args.decay_steps,
             decay_rate=args.decay_rate,
         )
-    )
+    return keras.optimizers.Adam(learning_rate=schedule)
+
+
+def steps_per_epoch(args, train):
+    """Training steps in one epoch: `--steps-per-epoch` or all of `train`."""
+    if args.steps_per_epoch:
+        return args.steps_per_epoch
+    if isinstance(train, tuple):
+        return -(-len(train[0]) // args.batch_size)
+    steps = int(train.cardinality())
+    if steps < 1:
+        raise ValueError(
+            "The training dataset has no known length; pass "
+            f"--steps-per-epoch. Received: cardinality={steps}"
+        )
+    return steps
 
 
 def jit_compile(enabled=True):

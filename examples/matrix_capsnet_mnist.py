@@ -46,6 +46,20 @@ def parse_args(argv=None):
         help="MNIST source: the packaged sample or TensorFlow Datasets "
         "(default: tfds, or sample with --smoke).",
     )
+    parser.add_argument(
+        "--model",
+        choices=("matrix_capsnet", "layers"),
+        default="matrix_capsnet",
+        help="matrix_capsnet: keras_capsules.models.MatrixCapsNet; layers: "
+        "the same architecture as a functional model built from the "
+        "layers with their defaults (see build_layers_model).",
+    )
+    parser.add_argument(
+        "--augment",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Shift training images randomly by up to 2 pixels.",
+    )
     _training.add_matrix_capsnet_arguments(
         parser, "MNIST .gz files", "matrix_capsnet_mnist.keras"
     )
@@ -63,6 +77,7 @@ def load_data(args):
     train = mnist.load(
         "train",
         batch_size=args.batch_size,
+        augment=args.augment,
         manual_dir=args.manual_dir,
         data_dir=args.data_dir,
         seed=args.seed,
@@ -76,11 +91,39 @@ def load_data(args):
     return train, test
 
 
+def build_layers_model(args, input_shape, num_classes):
+    """The small or full network as a user would build it from the layers.
+
+    Every layer keeps its defaults (no weight decay, Keras initializers for
+    Conv2D); `--routing-iterations` still applies. Returns the model and
+    its compile arguments: the spread loss (its margin scheduled by
+    `SpreadMarginScheduler`) and accuracy.
+    """
+    config = _training.MATRIX_CAPSNET_CONFIGS[args.config]
+    routing = {}
+    if args.routing_iterations is not None:
+        routing["routing_iterations"] = args.routing_iterations
+    layers = keras_capsules.layers
+    images = keras.Input(shape=input_shape)
+    x = keras.layers.Conv2D(config["A"], 5, strides=2, activation="relu")(
+        images
+    )
+    capsules = layers.PrimaryMatrixCaps(config["B"])(x)
+    capsules = layers.EMConvCaps(config["C"], 3, strides=2, **routing)(capsules)
+    capsules = layers.EMConvCaps(config["D"], 3, **routing)(capsules)
+    _, activations = layers.EMClassCaps(num_classes, **routing)(capsules)
+    model = keras.Model(images, activations)
+    return model, dict(
+        loss=keras_capsules.losses.SpreadLoss(), metrics=["accuracy"]
+    )
+
+
 def main(argv=None):
     args = parse_args(argv)
     print(f"Backend: {keras.backend.backend()}")
+    build_model = build_layers_model if args.model == "layers" else None
     return _training.train_matrix_capsnet(
-        args, load_data, INPUT_SHAPE, NUM_CLASSES
+        args, load_data, INPUT_SHAPE, NUM_CLASSES, build_model=build_model
     )
 
 

@@ -30,10 +30,20 @@ class ExamplesTest(TestCase):
         )
 
     @parameterized.named_parameters(
-        (os.path.splitext(os.path.basename(script))[0], script)
-        for script in _SCRIPTS
+        [
+            (os.path.splitext(os.path.basename(script))[0], script)
+            for script in _SCRIPTS
+        ]
+        + [
+            # The functional model of the layers, with the cosine schedule.
+            (
+                "matrix_capsnet_mnist_layers",
+                os.path.join(_EXAMPLES_DIR, "matrix_capsnet_mnist.py"),
+                ("--model", "layers", "--lr-schedule", "cosine"),
+            )
+        ]
     )
-    def test_smoke(self, script):
+    def test_smoke(self, script, extra_args=()):
         if (
             os.path.basename(script) == "data_parallel.py"
             and keras.backend.backend() == "torch"
@@ -52,7 +62,7 @@ class ExamplesTest(TestCase):
         # A fresh interpreter per script, run from a temporary folder so
         # that default output paths land there; the backend is inherited.
         result = subprocess.run(
-            [sys.executable, script, "--smoke"],
+            [sys.executable, script, "--smoke", *extra_args],
             cwd=self.get_temp_dir(),
             env=dict(os.environ, MPLBACKEND="Agg"),
             capture_output=True,
