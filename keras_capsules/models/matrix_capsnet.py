@@ -313,7 +313,13 @@ class MatrixCapsNet(keras.Model):
         Args:
             optimizer: An optimizer, or `"auto"` for Adam with
                 `keras.optimizers.schedules.ExponentialDecay(0.01,
-                decay_steps=20000, decay_rate=0.96)`. Defaults to `"auto"`.
+                decay_steps=20000, decay_rate=0.96)`, the official decay.
+                For a run of known length, Adam with
+                `keras.optimizers.schedules.CosineDecay(0.01, total_steps)`
+                learned faster: one epoch of MNIST (small network, margin
+                0.2) reached 97.7-98.0 % test accuracy against 95.6-97.3 %
+                with the official decay (2 seeds; docs/em_routing.md).
+                Defaults to `"auto"`.
             loss: A loss on the class activations, or `"auto"` for
                 `keras_capsules.losses.SpreadLoss` reading
                 `self.spread_margin`. Defaults to `"auto"`.
