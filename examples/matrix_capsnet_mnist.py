@@ -3,16 +3,19 @@
 Trains `keras_capsules.models.MatrixCapsNet` (Hinton, Sabour & Frosst,
 "Matrix capsules with EM routing", ICLR 2018,
 https://openreview.net/forum?id=HJWLfGWRb) on 28x28 MNIST digits with the
-official training setting (google-research `capsule_em`) but one change:
-Adam's learning rate of 0.01 decays to zero along a cosine over the whole
-run, where the official code decays it by 0.96 every 20,000 steps
-(`--lr-schedule exponential`); in a 1-epoch run with the margin kept at 0.2
-that gave 97.7-98.0 % test accuracy against 95.6-97.3 % (2 seeds each,
-docs/em_routing.md). The rest is official: batch 64, weight decay 2e-7, a
-spread loss whose margin grows from 0.2 to 0.9 (`SpreadMarginScheduler`),
-and random shifts of up to 2 pixels on the training images. It prints the
-backend, the progress of `fit` and the test accuracy, saves the model as
-`.keras`, and checks that the reloaded model predicts the same.
+official training setting (google-research `capsule_em`) but two changes,
+both measured in docs/em_routing.md. Adam's learning rate of 0.01 decays to
+zero along a cosine over the whole run, where the official code decays it
+by 0.96 every 20,000 steps (`--lr-schedule exponential`): in a 1-epoch run
+that gave 97.7-98.0 % test accuracy against 95.6-97.3 % (2 seeds each).
+The spread-loss margin stays at 0.2, where the paper ramps it to 0.9
+(`--final-margin 0.9`): a ramp within one epoch cost 1.3 points, and ten
+epochs with both changes reached 99.26 % (seed 0), against 98.47 % for the
+earlier defaults with the ramp over 5 epochs. The rest is official: batch
+64, weight decay 2e-7 and random shifts of up to 2 pixels on the training
+images. It prints the backend, the progress of `fit` and the test
+accuracy, saves the model as `.keras`, and checks that the reloaded model
+predicts the same.
 
 `--data tfds` reads MNIST through TensorFlow Datasets, prepared in
 `--data-dir` or built offline from the four original `.gz` files in
@@ -67,8 +70,9 @@ def parse_args(argv=None):
     _training.add_matrix_capsnet_arguments(
         parser, "MNIST .gz files", "matrix_capsnet_mnist.keras"
     )
-    # Measured on MNIST only; the smallNORB example keeps the official decay.
-    parser.set_defaults(lr_schedule="cosine")
+    # Measured on MNIST only (docs/em_routing.md); the smallNORB example keeps
+    # the official decay and margin ramp.
+    parser.set_defaults(lr_schedule="cosine", final_margin=0.2)
     args = _training.apply_matrix_capsnet_smoke(parser.parse_args(argv))
     if args.data is None:
         args.data = "sample" if args.smoke else "tfds"
