@@ -57,8 +57,8 @@ def dynamic_routing(
 
     The routing maths runs in `float32` for half-precision votes (and in
     the votes' own dtype otherwise); the results are cast back to the
-    votes' dtype. The softmax is `keras.ops.softmax`, which subtracts the
-    maximum logit, and the squash uses `sqrt(|s|^2 + epsilon)` with
+    votes' dtype. The softmax subtracts the maximum logit first, and the
+    squash uses `sqrt(|s|^2 + epsilon)` with
     `epsilon = keras.config.epsilon()`, so zero, identical and very large
     votes all stay finite.
 
@@ -143,12 +143,25 @@ def dynamic_routing(
 
 def _coupling_coefficients(logits, leaky):
     if not leaky:
-        return ops.softmax(logits, axis=-1)
+        return _softmax(logits, axis=-1)
     # The official "dustbin": a constant zero logit competes in the softmax
     # and its probability mass is discarded.
     leak = ops.zeros_like(logits[..., :1])
-    routing = ops.softmax(ops.concatenate([leak, logits], axis=-1), axis=-1)
+    routing = _softmax(ops.concatenate([leak, logits], axis=-1), axis=-1)
     return routing[..., 1:]
+
+
+def _softmax(logits, axis):
+    # Same stable softmax as `keras.ops.softmax` (the maximum is subtracted
+    # first, so the largest term is exactly 1), written out because
+    # TensorFlow's oneDNN CPU kernel rejects inputs of rank above 5
+    # ("Input dims must be <= 5") and routing logits reach rank 6 or more.
+    # The shift cancels in the gradient, hence the stop_gradient.
+    shifted = logits - ops.stop_gradient(
+        ops.max(logits, axis=axis, keepdims=True)
+    )
+    exp = ops.exp(shifted)
+    return exp / ops.sum(exp, axis=axis, keepdims=True)
 
 
 def _check_bias_shape(bias_shape, capsule_shape):
@@ -228,7 +241,7 @@ def em_routing(
     `log p[i, j] = log a[j] + log N(V[i, j]; mu[j], sigma2[j])`, with
     `log a[j] = log_sigmoid(logit[j])` (`keras.ops.log_sigmoid`, stable for
     logits of any size), and `R[i, :] = softmax(log p[i, :])` over the
-    parents (`keras.ops.softmax` subtracts the maximum). No probability is
+    parents (the softmax subtracts the maximum first). No probability is
     ever exponentiated outside the softmax, so very distant votes cannot
     underflow every parent of a child to zero.
 
@@ -347,7 +360,7 @@ def _em_routing(
         beta_v,
         beta_a,
         assignments,
-        normalize=lambda log_p: ops.softmax(log_p, axis=-2),
+        normalize=lambda log_p: _softmax(log_p, axis=-2),
         child_axis=-3,
         pose_axes=(-1,),
         automatic_gradients=automatic_gradients,
@@ -413,7 +426,7 @@ def em_conv_routing(
     Children in the zero padding of `"same"` have activation 0 and do not
     take part in the M-step.
 
-    Stabilisation: the window softmax is `keras.ops.softmax`. For the two
+    Stabilisation: the window softmax subtracts the maximum first. For the two
     overlapping normalisations, `log p` is shifted by the largest `log p`
     over the set it is normalised over before `exp`, so that set's largest
     term is exactly 1 and its sum at least 1. That maximum is computed
@@ -664,7 +677,7 @@ def _em_conv_routing(
         initial = ones / num_out
 
         def normalize(log_p):
-            return ops.softmax(log_p, axis=parent_axis)
+            return _softmax(log_p, axis=parent_axis)
 
     else:
         # How many windows contain the child behind each window entry (0

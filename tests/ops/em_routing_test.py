@@ -246,29 +246,35 @@ class EMRoutingTest(TestCase):
                 0.05,
             )
 
-    def test_leading_axes_and_defaults(self):
+    @parameterized.named_parameters(
+        ("one_axis", (2, 3)),
+        # Rank-7 log-likelihoods: TensorFlow's oneDNN softmax kernel stops
+        # at rank 5.
+        ("four_axes", (2, 1, 3, 2)),
+    )
+    def test_leading_axes_and_defaults(self, leading):
         rng = np.random.default_rng(1)
-        votes = rng.normal(size=(2, 3, 5, 4, 16)).astype("float32")
-        activations = rng.uniform(size=(2, 3, 5)).astype("float32")
+        votes = rng.normal(size=leading + (5, 4, 16)).astype("float32")
+        activations = rng.uniform(size=leading + (5,)).astype("float32")
         beta_v, beta_a = _betas(4)
         poses, probs = capsule_ops.em_routing(
             votes, activations, beta_v, beta_a
         )
-        self.assertShapeEqual(poses.shape, (2, 3, 4, 16))
-        self.assertShapeEqual(probs.shape, (2, 3, 4))
+        self.assertShapeEqual(poses.shape, leading + (4, 16))
+        self.assertShapeEqual(probs.shape, leading + (4,))
         expected = _numpy_em(
-            votes.reshape(6, 5, 4, 16),
-            activations.reshape(6, 5),
+            votes.reshape(-1, 5, 4, 16),
+            activations.reshape(-1, 5),
             np.ones((5, 4)),
             beta_v,
             beta_a,
             3,
         )
         self.assertAllClose(
-            poses, expected[0].reshape(2, 3, 4, 16), atol=1e-5, rtol=1e-4
+            poses, expected[0].reshape(leading + (4, 16)), atol=1e-5, rtol=1e-4
         )
         self.assertAllClose(
-            probs, expected[1].reshape(2, 3, 4), atol=1e-6, rtol=1e-4
+            probs, expected[1].reshape(leading + (4,)), atol=1e-6, rtol=1e-4
         )
 
     def test_symbolic_unknown_batch(self):

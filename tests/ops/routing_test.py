@@ -107,6 +107,8 @@ class DynamicRoutingTest(TestCase):
         ("grid_3_iterations", (2, 3, 5, 4, 3), 3),
         ("no_leading_dims", (6, 2, 4), 3),
         ("many_iterations", (2, 7, 3, 5), 5),
+        # Rank-6 logits: TensorFlow's oneDNN softmax kernel stops at rank 5.
+        ("rank_7_votes", (2, 1, 2, 2, 5, 4, 3), 2),
     )
     def test_matches_procedure_1(self, shape, iterations):
         votes = _random_votes(shape)
