@@ -55,7 +55,7 @@ def parse_args(argv=None):
     _training.add_matrix_capsnet_arguments(
         parser, "smallNORB files", "matrix_capsnet_smallnorb.keras"
     )
-    args = _training.apply_matrix_capsnet_smoke(parser.parse_args(argv))
+    args = _training.resolve_matrix_capsnet_arguments(parser.parse_args(argv))
     if args.source is None:
         has_data = args.manual_dir is not None or args.data_dir is not None
         args.source = "synthetic" if args.smoke and not has_data else "auto"
