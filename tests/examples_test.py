@@ -42,17 +42,14 @@ class ExampleDefaultsTest(TestCase):
         # docs/em_routing.md: the cosine decay and a margin kept at 0.2
         # beat the official decay and the 0.2 -> 0.9 ramp on MNIST; with the
         # cosine decay a starting rate of 0.04 beat 0.01.
-        args = _load_example("matrix_capsnet_mnist").parse_args([])
+        parse_args = _load_example("matrix_capsnet_mnist").parse_args
+        args = parse_args([])
         self.assertEqual(args.lr_schedule, "cosine")
         self.assertEqual(args.final_margin, 0.2)
         self.assertEqual(args.learning_rate, 0.04)
-        official = _load_example("matrix_capsnet_mnist").parse_args(
-            ["--lr-schedule", "exponential"]
-        )
+        official = parse_args(["--lr-schedule", "exponential"])
         self.assertEqual(official.learning_rate, 0.01)
-        given = _load_example("matrix_capsnet_mnist").parse_args(
-            ["--learning-rate", "0.02"]
-        )
+        given = parse_args(["--learning-rate", "0.02"])
         self.assertEqual(given.learning_rate, 0.02)
 
     def test_smallnorb_keeps_the_official_schedules(self):
