@@ -317,9 +317,9 @@ class MatrixCapsNet(keras.Model):
                 For a run of known length, Adam with
                 `keras.optimizers.schedules.CosineDecay(0.04, total_steps)`
                 learned faster: one epoch of MNIST (small network, margin
-                0.2) reached 98.3-98.4 % test accuracy, against 97.7-98.0 %
+                0.2) reached 98.3-98.5 % test accuracy, against 97.7-98.0 %
                 for the cosine decay from 0.01 and 95.6-97.3 % for the
-                official decay (2 seeds each; docs/em_routing.md).
+                official decay (2-3 seeds each; docs/em_routing.md).
                 Defaults to `"auto"`.
             loss: A loss on the class activations, or `"auto"` for
                 `keras_capsules.losses.SpreadLoss` reading
