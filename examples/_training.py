@@ -30,9 +30,8 @@ MATRIX_CAPSNET_CONFIGS = {
 }
 MATRIX_SMOKE_STEPS = 3
 # Adam's starting rate: the official one for the official exponential decay;
-# with the cosine decay to zero, 0.04 learned most in one epoch of MNIST
-# (small network: 98.32/98.37 % against 98.01/97.71 % at 0.01, seeds 0/1;
-# 97.93 % at 0.08; docs/em_routing.md).
+# with the cosine decay to zero, 0.04 learned most in one epoch of MNIST of
+# the rates 0.005-0.08 (docs/em_routing.md keeps the figures).
 OFFICIAL_LEARNING_RATE = 0.01
 COSINE_LEARNING_RATE = 0.04
 
