@@ -48,34 +48,53 @@ from keras_capsules.datasets import mnist
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=("matrix_capsnet", "functional"),
-                        default="matrix_capsnet")
-    parser.add_argument("--config", choices=sorted(MATRIX_CAPSNET_CONFIGS),
-                        default="small")
-    parser.add_argument("--mnist-dir", required=True,
-                        help="Folder with the four MNIST .gz files, or "
-                        "'sample' for the packaged sample.")
+    parser.add_argument(
+        "--model",
+        choices=("matrix_capsnet", "functional"),
+        default="matrix_capsnet",
+    )
+    parser.add_argument(
+        "--config", choices=sorted(MATRIX_CAPSNET_CONFIGS), default="small"
+    )
+    parser.add_argument(
+        "--mnist-dir",
+        required=True,
+        help="Folder with the four MNIST .gz files, or "
+        "'sample' for the packaged sample.",
+    )
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--test-images", type=int, default=2000)
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--learning-rate", type=float, default=None,
-                        help="Constant Adam learning rate. Defaults to "
-                        "compile()'s optimizer for matrix_capsnet, 0.01 for "
-                        "functional.")
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help="Constant Adam learning rate. Defaults to "
+        "compile()'s optimizer for matrix_capsnet, 0.01 for "
+        "functional.",
+    )
     parser.add_argument("--margin", type=float, default=0.2)
     parser.add_argument("--routing-normalization", default=None)
     parser.add_argument("--routing-mode", default=None)
     parser.add_argument("--routing-iterations", type=int, default=None)
     parser.add_argument("--final-lambda", type=float, default=None)
-    parser.add_argument("--lambda-scale", type=float, default=None,
-                        help="EMClassCaps lambda_scale.")
+    parser.add_argument(
+        "--lambda-scale",
+        type=float,
+        default=None,
+        help="EMClassCaps lambda_scale.",
+    )
     parser.add_argument("--min-variance", type=float, default=None)
     parser.add_argument("--conv-stddev", type=float, default=None)
     parser.add_argument("--class-stddev", type=float, default=None)
-    parser.add_argument("--beta", type=float, default=None,
-                        help="Initial beta_v and beta_a of routed layers.")
+    parser.add_argument(
+        "--beta",
+        type=float,
+        default=None,
+        help="Initial beta_v and beta_a of routed layers.",
+    )
     parser.add_argument("--json", default=None)
     return parser.parse_args(argv)
 

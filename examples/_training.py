@@ -45,54 +45,89 @@ def add_matrix_capsnet_arguments(parser, data_files, output):
         data_files: What `--manual-dir` holds, for the help text.
         output: The default path of the saved `.keras` model.
     """
-    parser.add_argument("--manual-dir", default=None,
-                        help=f"Folder with the original {data_files}.")
-    parser.add_argument("--data-dir", default=None,
-                        help="TensorFlow Datasets data directory.")
+    parser.add_argument(
+        "--manual-dir",
+        default=None,
+        help=f"Folder with the original {data_files}.",
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="TensorFlow Datasets data directory."
+    )
     parser.add_argument("--epochs", type=int, default=50)
-    parser.add_argument("--steps-per-epoch", type=int, default=None,
-                        help="Limit each epoch to this many steps.")
+    parser.add_argument(
+        "--steps-per-epoch",
+        type=int,
+        default=None,
+        help="Limit each epoch to this many steps.",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--config", choices=sorted(MATRIX_CAPSNET_CONFIGS),
-                        default="full",
-                        help="Capsule counts: the paper's full network "
-                        "(A=B=C=D=32), its small one (64, 8, 16, 16) or a "
-                        "tiny one for smoke runs.")
-    parser.add_argument("--routing-iterations", type=int, default=None,
-                        help="EM routing iterations of every routed layer "
-                        "(default: the layers' default, 2).")
-    parser.add_argument("--learning-rate", type=float, default=None,
-                        help="Adam's starting learning rate (default: "
-                        f"{OFFICIAL_LEARNING_RATE} with the exponential "
-                        f"decay, the official rate; {COSINE_LEARNING_RATE} "
-                        "with the cosine decay).")
-    parser.add_argument("--lr-schedule", choices=("exponential", "cosine"),
-                        default="exponential",
-                        help="Learning-rate schedule: the official "
-                        "exponential decay (--decay-steps, --decay-rate) "
-                        "or a cosine decay to zero over the whole run.")
+    parser.add_argument(
+        "--config",
+        choices=sorted(MATRIX_CAPSNET_CONFIGS),
+        default="full",
+        help="Capsule counts: the paper's full network "
+        "(A=B=C=D=32), its small one (64, 8, 16, 16) or a "
+        "tiny one for smoke runs.",
+    )
+    parser.add_argument(
+        "--routing-iterations",
+        type=int,
+        default=None,
+        help="EM routing iterations of every routed layer "
+        "(default: the layers' default, 2).",
+    )
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help="Adam's starting learning rate (default: "
+        f"{OFFICIAL_LEARNING_RATE} with the exponential "
+        f"decay, the official rate; {COSINE_LEARNING_RATE} "
+        "with the cosine decay).",
+    )
+    parser.add_argument(
+        "--lr-schedule",
+        choices=("exponential", "cosine"),
+        default="exponential",
+        help="Learning-rate schedule: the official "
+        "exponential decay (--decay-steps, --decay-rate) "
+        "or a cosine decay to zero over the whole run.",
+    )
     parser.add_argument("--decay-steps", type=int, default=20000)
     parser.add_argument("--decay-rate", type=float, default=0.96)
     parser.add_argument("--weight-decay", type=float, default=2e-7)
-    parser.add_argument("--margin-schedule", choices=("linear", "sigmoid"),
-                        default="linear",
-                        help="Spread-loss margin schedule: the paper's "
-                        "linear ramp or the official code's sigmoid.")
+    parser.add_argument(
+        "--margin-schedule",
+        choices=("linear", "sigmoid"),
+        default="linear",
+        help="Spread-loss margin schedule: the paper's "
+        "linear ramp or the official code's sigmoid.",
+    )
     parser.add_argument("--final-margin", type=float, default=0.9)
-    parser.add_argument("--ramp-epochs", type=float, default=None,
-                        help="Length of the margin ramp in epochs "
-                        "(default: half of --epochs for the linear ramp, "
-                        "the official 400k steps for the sigmoid).")
-    parser.add_argument("--jit", action=argparse.BooleanOptionalAction,
-                        default=True,
-                        help="Compile the train step with XLA on "
-                        "TensorFlow (JAX always does).")
+    parser.add_argument(
+        "--ramp-epochs",
+        type=float,
+        default=None,
+        help="Length of the margin ramp in epochs "
+        "(default: half of --epochs for the linear ramp, "
+        "the official 400k steps for the sigmoid).",
+    )
+    parser.add_argument(
+        "--jit",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Compile the train step with XLA on TensorFlow (JAX always does).",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default=output,
-                        help="Where to save the trained model.")
+    parser.add_argument(
+        "--output", default=output, help="Where to save the trained model."
+    )
     add_backup_argument(parser)
-    parser.add_argument("--smoke", action="store_true",
-                        help="One epoch of a few steps on a tiny network.")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="One epoch of a few steps on a tiny network.",
+    )
 
 
 def add_backup_argument(parser):
@@ -103,18 +138,27 @@ def add_backup_argument(parser):
     last finished epoch: weights, optimizer state (so the learning-rate
     schedule's step) and the model's `spread_margin` variable come back.
     """
-    parser.add_argument("--backup-dir", default=None,
-                        help="Back up the training state here after every "
-                        "epoch and resume from it when the run is started "
-                        "again (keras.callbacks.BackupAndRestore); deleted "
-                        "when training finishes.")
-    parser.add_argument("--validate", action="store_true",
-                        help="Evaluate on the test set after every epoch "
-                        "(val_accuracy in the logs).")
-    parser.add_argument("--log-csv", default=None,
-                        help="Append every epoch's logs to this CSV file "
-                        "(keras.callbacks.CSVLogger), so that a resumed run "
-                        "keeps one learning curve.")
+    parser.add_argument(
+        "--backup-dir",
+        default=None,
+        help="Back up the training state here after every "
+        "epoch and resume from it when the run is started "
+        "again (keras.callbacks.BackupAndRestore); deleted "
+        "when training finishes.",
+    )
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="Evaluate on the test set after every epoch "
+        "(val_accuracy in the logs).",
+    )
+    parser.add_argument(
+        "--log-csv",
+        default=None,
+        help="Append every epoch's logs to this CSV file "
+        "(keras.callbacks.CSVLogger), so that a resumed run "
+        "keeps one learning curve.",
+    )
 
 
 def resolve_matrix_capsnet_arguments(args):
@@ -158,8 +202,11 @@ def train_matrix_capsnet(
     train, test = load_data(args)
     build_model = build_model or build_matrix_capsnet
     model, compile_kwargs = build_model(args, input_shape, num_classes)
-    model.compile(optimizer=decayed_adam(args, train),
-                  jit_compile=jit_compile(args.jit), **compile_kwargs)
+    model.compile(
+        optimizer=decayed_adam(args, train),
+        jit_compile=jit_compile(args.jit),
+        **compile_kwargs,
+    )
     model.summary()
     metrics = fit_and_evaluate(
         model,
@@ -316,6 +363,7 @@ def save_and_reload(model, path, images):
         atol=1e-5,
         err_msg="the reloaded model predicts differently",
     )
-    print(f"Saved {path}; the reloaded {type(loaded).__name__} predicts "
-          "the same.")
+    print(
+        f"Saved {path}; the reloaded {type(loaded).__name__} predicts the same."
+    )
     return loaded

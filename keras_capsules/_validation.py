@@ -147,9 +147,7 @@ def conv_output_length(size, kernel, stride, padding):
     return max(size - kernel, -1) // stride + 1
 
 
-def conv_output_size(
-    spatial_shape, kernel_size, strides, padding, owner=None
-):
+def conv_output_size(spatial_shape, kernel_size, strides, padding, owner=None):
     """Output `(height, width)` of a convolution or tiling.
 
     Raises if the kernel leaves no output positions; a layer passes its

@@ -64,7 +64,8 @@ def write_npz(path, arrays):
         for name in sorted(arrays):
             buffer = io.BytesIO()
             np.lib.format.write_array(
-                buffer, np.ascontiguousarray(arrays[name]),
+                buffer,
+                np.ascontiguousarray(arrays[name]),
                 allow_pickle=False,
             )
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)

@@ -75,8 +75,8 @@ def _margin_variables(model):
     """
     found = []
     compiled_loss = getattr(model, "loss", None)
-    candidates = [] if compiled_loss is None else keras.tree.flatten(
-        compiled_loss
+    candidates = (
+        [] if compiled_loss is None else keras.tree.flatten(compiled_loss)
     )
     candidates = [c.margin for c in candidates if isinstance(c, SpreadLoss)]
     owned = getattr(model, "spread_margin", None)

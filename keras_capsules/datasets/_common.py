@@ -74,11 +74,7 @@ def validate_positive_int(function_name, name, value):
 def validate_optional_int(function_name, name, value, minimum=0):
     if value is None:
         return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < minimum
-    ):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(
             f"`{function_name}`: argument `{name}` must be None or an "
             f"integer >= {minimum}. Received: {name}={value}"
@@ -185,7 +181,6 @@ def element_seeds(tf, seed):
     the whole stream stays reproducible for a fixed `seed`;
     `rerandomize_each_iteration` draws fresh seeds every epoch.
     """
-    return (
-        tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-        .batch(2, drop_remainder=True)
-    )
+    return tf.data.Dataset.random(
+        seed=seed, rerandomize_each_iteration=True
+    ).batch(2, drop_remainder=True)

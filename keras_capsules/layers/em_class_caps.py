@@ -226,9 +226,7 @@ class EMClassCaps(keras.layers.Layer):
         return [class_poses, class_activations]
 
     def compute_output_shape(self, input_shape):
-        pose_shape, _ = check_matrix_capsules_shape(
-            input_shape, "EMClassCaps"
-        )
+        pose_shape, _ = check_matrix_capsules_shape(input_shape, "EMClassCaps")
         batch, pose_size = pose_shape[0], pose_shape[4]
         if self.coordinate_addition and pose_size < 2:
             raise ValueError(

@@ -215,9 +215,7 @@ class MatrixCapsNet(keras.Model):
             _CONV_KERNEL_SIZE,
             strides=_CONV_STRIDES,
             activation="relu",
-            kernel_initializer=keras.initializers.TruncatedNormal(
-                stddev=0.05
-            ),
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.05),
             bias_initializer=keras.initializers.Constant(0.1),
             kernel_regularizer=regularizer(),
             name="conv1",
@@ -377,9 +375,7 @@ class MatrixCapsNet(keras.Model):
             returns.
         """
         class_poses = self.class_caps.output[0]
-        capsule_model = keras.Model(
-            self.inputs, [class_poses, self.outputs[0]]
-        )
+        capsule_model = keras.Model(self.inputs, [class_poses, self.outputs[0]])
         poses, activations = capsule_model.predict(
             x, batch_size=batch_size, verbose=0
         )

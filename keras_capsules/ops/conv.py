@@ -71,8 +71,12 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
     padded_w = strides[1] * (out_w - 1 + blocks[1])
     inputs = pad(
         inputs,
-        [[0, 0], [0, max(padded_h - height, 0)],
-         [0, max(padded_w - width, 0)], [0, 0]],
+        [
+            [0, 0],
+            [0, max(padded_h - height, 0)],
+            [0, max(padded_w - width, 0)],
+            [0, 0],
+        ],
     )
     inputs = inputs[:, :padded_h, :padded_w, :]
     folded = _space_to_depth(inputs, strides)
@@ -93,8 +97,12 @@ def _space_to_depth_kernel(kernel, strides):
     blocks_h, blocks_w = -(-kernel_h // sh), -(-kernel_w // sw)
     kernel = pad(
         kernel,
-        [[0, blocks_h * sh - kernel_h], [0, blocks_w * sw - kernel_w],
-         [0, 0], [0, 0]],
+        [
+            [0, blocks_h * sh - kernel_h],
+            [0, blocks_w * sw - kernel_w],
+            [0, 0],
+            [0, 0],
+        ],
     )
     kernel = ops.reshape(
         kernel, (blocks_h, sh, blocks_w, sw, channels, filters)

@@ -63,7 +63,10 @@ class TestCase(parameterized.TestCase):
     def assertAllClose(self, x1, x2, atol=1e-6, rtol=1e-6, msg=None):
         for a, b in zip(_as_list(x1), _as_list(x2), strict=True):
             np.testing.assert_allclose(
-                _to_numpy(a), _to_numpy(b), atol=atol, rtol=rtol,
+                _to_numpy(a),
+                _to_numpy(b),
+                atol=atol,
+                rtol=rtol,
                 err_msg=msg or "",
             )
 
@@ -175,9 +178,9 @@ class TestCase(parameterized.TestCase):
         self.assertAllFinite(eager_out)
 
         if run_training_check or run_saving_check:
-            model = keras.Model(symbolic_in, layer_cls(**init_kwargs)(
-                symbolic_in
-            ))
+            model = keras.Model(
+                symbolic_in, layer_cls(**init_kwargs)(symbolic_in)
+            )
         if run_training_check:
             self._run_fit_step(model, input_data)
         if run_saving_check:
@@ -217,12 +220,14 @@ class TestCase(parameterized.TestCase):
         model.save(path)
         loaded = keras.models.load_model(path)
         self.assertIsInstance(loaded.loss, loss.__class__)
-        self.assertAllClose(loaded.predict(x, verbose=0),
-                            model.predict(x, verbose=0), atol=1e-5)
+        self.assertAllClose(
+            loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-5
+        )
         return value
 
-    def run_model_saving_test(self, model, input_data, layer_cls=None,
-                              atol=1e-5):
+    def run_model_saving_test(
+        self, model, input_data, layer_cls=None, atol=1e-5
+    ):
         """Saves `model` to `.keras`, reloads it, compares predictions."""
         expected = model.predict(input_data, verbose=0)
         path = os.path.join(self.get_temp_dir(), "model.keras")
@@ -235,7 +240,9 @@ class TestCase(parameterized.TestCase):
                 f"no {layer_cls.__name__} in the reloaded model",
             )
         self.assertAllClose(
-            loaded.predict(input_data, verbose=0), expected, atol=atol,
+            loaded.predict(input_data, verbose=0),
+            expected,
+            atol=atol,
             rtol=atol,
         )
         return loaded
@@ -264,9 +271,11 @@ class TestCase(parameterized.TestCase):
         self.assertEqual(deserialized.get_config(), config)
 
     def _assert_shapes(self, actual, expected):
-        actual = _shapes(actual) if not isinstance(actual, list) else [
-            tuple(a) for a in actual
-        ]
+        actual = (
+            _shapes(actual)
+            if not isinstance(actual, list)
+            else [tuple(a) for a in actual]
+        )
         expected = _shapes(expected)
         self.assertEqual(len(actual), len(expected))
         for a, e in zip(actual, expected):

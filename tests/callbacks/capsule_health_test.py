@@ -10,9 +10,7 @@ from keras_capsules.testing import TestCase
 
 def _capsule_model():
     images = keras.Input((9, 9, 1))
-    features = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(
-        images
-    )
+    features = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(images)
     capsules = PrimaryMatrixCaps(2, name="primary")(features)
     capsules = EMConvCaps(2, routing_iterations=1, name="conv_caps")(capsules)
     _, activations = EMClassCaps(3, routing_iterations=1, name="class_caps")(
@@ -41,9 +39,7 @@ class CapsuleHealthTest(TestCase):
         self.assertGreater(history["conv_caps/kernel/update_rms"][-1], 0.0)
 
         # The last logged values are those of the trained model.
-        probe = keras.Model(
-            model.inputs, model.get_layer("class_caps").output
-        )
+        probe = keras.Model(model.inputs, model.get_layer("class_caps").output)
         poses, activations = probe.predict(x[:4], verbose=0)
         self.assertAllClose(
             history["class_caps/activation_mean"][-1],

@@ -105,12 +105,18 @@ def _halving_schedule(epoch):
 
 class ScheduleTest(TestCase):
     @parameterized.named_parameters(
-        ("start", 0), ("rising", 100_000), ("midpoint", 200_000),
-        ("late", 500_000), ("capped", 700_000), ("beyond", 1_000_000),
+        ("start", 0),
+        ("rising", 100_000),
+        ("midpoint", 200_000),
+        ("late", 500_000),
+        ("capped", 700_000),
+        ("beyond", 1_000_000),
     )
     def test_sigmoid_reproduces_the_official_schedule(self, step):
         scheduler = SpreadMarginScheduler(
-            "sigmoid", initial_margin=0.2, final_margin=0.99,
+            "sigmoid",
+            initial_margin=0.2,
+            final_margin=0.99,
             ramp_steps=400_000,
         )
         self.assertAlmostEqual(
@@ -156,7 +162,11 @@ class ScheduleTest(TestCase):
     def test_config_round_trip(self):
         for scheduler in (
             SpreadMarginScheduler(
-                "sigmoid", 0.1, 0.95, ramp_epochs=3, update_freq="epoch",
+                "sigmoid",
+                0.1,
+                0.95,
+                ramp_epochs=3,
+                update_freq="epoch",
                 verbose=1,
             ),
             SpreadMarginScheduler(_halving_schedule, update_freq="epoch"),
@@ -174,24 +184,50 @@ class ScheduleTest(TestCase):
             )
 
     @parameterized.named_parameters(
-        ("schedule", {"schedule": "cosine"}, ValueError,
-         "Received: schedule='cosine'"),
-        ("schedule_type", {"schedule": 3}, TypeError,
-         "Received: schedule=3"),
-        ("initial", {"initial_margin": -0.2}, ValueError,
-         "Received: initial_margin=-0.2"),
-        ("final_type", {"final_margin": "0.9"}, TypeError,
-         "Received: final_margin='0.9'"),
-        ("ramp_steps", {"ramp_steps": 0}, ValueError,
-         "Received: ramp_steps=0"),
-        ("ramp_epochs", {"ramp_epochs": -2}, ValueError,
-         "Received: ramp_epochs=-2"),
-        ("both_ramps", {"ramp_steps": 10, "ramp_epochs": 2}, ValueError,
-         "at most one.*Received: ramp_steps=10, ramp_epochs=2"),
-        ("callable_ramp", {"schedule": _halving_schedule, "ramp_epochs": 2},
-         ValueError, "built-in schedules.*Received: ramp_steps=None"),
-        ("update_freq", {"update_freq": "step"}, ValueError,
-         "Received: update_freq='step'"),
+        (
+            "schedule",
+            {"schedule": "cosine"},
+            ValueError,
+            "Received: schedule='cosine'",
+        ),
+        ("schedule_type", {"schedule": 3}, TypeError, "Received: schedule=3"),
+        (
+            "initial",
+            {"initial_margin": -0.2},
+            ValueError,
+            "Received: initial_margin=-0.2",
+        ),
+        (
+            "final_type",
+            {"final_margin": "0.9"},
+            TypeError,
+            "Received: final_margin='0.9'",
+        ),
+        ("ramp_steps", {"ramp_steps": 0}, ValueError, "Received: ramp_steps=0"),
+        (
+            "ramp_epochs",
+            {"ramp_epochs": -2},
+            ValueError,
+            "Received: ramp_epochs=-2",
+        ),
+        (
+            "both_ramps",
+            {"ramp_steps": 10, "ramp_epochs": 2},
+            ValueError,
+            "at most one.*Received: ramp_steps=10, ramp_epochs=2",
+        ),
+        (
+            "callable_ramp",
+            {"schedule": _halving_schedule, "ramp_epochs": 2},
+            ValueError,
+            "built-in schedules.*Received: ramp_steps=None",
+        ),
+        (
+            "update_freq",
+            {"update_freq": "step"},
+            ValueError,
+            "Received: update_freq='step'",
+        ),
     )
     def test_rejects_bad_arguments(self, kwargs, error, pattern):
         with self.assertRaisesRegex(error, pattern):
@@ -204,7 +240,11 @@ class SchedulerFitTest(TestCase):
         model = _functional_model()
         scheduler = SpreadMarginScheduler(ramp_epochs=4, update_freq="epoch")
         history = model.fit(
-            x, y, batch_size=_BATCH_SIZE, epochs=6, callbacks=[scheduler],
+            x,
+            y,
+            batch_size=_BATCH_SIZE,
+            epochs=6,
+            callbacks=[scheduler],
             verbose=0,
         )
         expected = _numpy_linear(np.arange(6), 0.2, 0.9, 4)
@@ -229,8 +269,12 @@ class SchedulerFitTest(TestCase):
         )
         recorder = _BatchLossRecorder()
         model.fit(
-            x, y, batch_size=_BATCH_SIZE, epochs=3,
-            callbacks=[scheduler, recorder], verbose=0,
+            x,
+            y,
+            batch_size=_BATCH_SIZE,
+            epochs=3,
+            callbacks=[scheduler, recorder],
+            verbose=0,
         )
         steps = np.arange(3 * _STEPS_PER_EPOCH)
         expected = [scheduler.margin_at(int(step)) for step in steps]
@@ -247,8 +291,12 @@ class SchedulerFitTest(TestCase):
         scheduler = SpreadMarginScheduler(ramp_epochs=2)
         recorder = _BatchLossRecorder()
         model.fit(
-            x, y, batch_size=_BATCH_SIZE, epochs=2,
-            callbacks=[scheduler, recorder], verbose=0,
+            x,
+            y,
+            batch_size=_BATCH_SIZE,
+            epochs=2,
+            callbacks=[scheduler, recorder],
+            verbose=0,
         )
         positions = np.arange(2 * _STEPS_PER_EPOCH) / _STEPS_PER_EPOCH
         self.assertAllClose(
@@ -263,7 +311,11 @@ class SchedulerFitTest(TestCase):
         _compile(model, SpreadLoss(margin=model.spread_margin))
         scheduler = SpreadMarginScheduler(ramp_epochs=2, update_freq="epoch")
         history = model.fit(
-            x, y, batch_size=_BATCH_SIZE, epochs=3, callbacks=[scheduler],
+            x,
+            y,
+            batch_size=_BATCH_SIZE,
+            epochs=3,
+            callbacks=[scheduler],
             verbose=0,
         )
         self.assertAllClose(
@@ -293,8 +345,9 @@ class SchedulerFitTest(TestCase):
         )
         output = io.StringIO()
         with redirect_stdout(output):
-            model.fit(x, y, batch_size=8, epochs=2, callbacks=[scheduler],
-                      verbose=0)
+            model.fit(
+                x, y, batch_size=8, epochs=2, callbacks=[scheduler], verbose=0
+            )
         self.assertIn("setting the spread margin to 0.9000", output.getvalue())
 
     def test_requires_a_spread_loss(self):
@@ -305,8 +358,9 @@ class SchedulerFitTest(TestCase):
         with self.assertRaisesRegex(
             ValueError, "found no margin to schedule.*Received: loss='mse'"
         ):
-            model.fit(x, y, epochs=1, verbose=0,
-                      callbacks=[SpreadMarginScheduler()])
+            model.fit(
+                x, y, epochs=1, verbose=0, callbacks=[SpreadMarginScheduler()]
+            )
 
     def test_sequential_model_is_refused(self):
         x, y = _constant_data()
@@ -317,8 +371,9 @@ class SchedulerFitTest(TestCase):
             r"cannot make the model track.*Received: "
             r"model=Sequential\(name=",
         ):
-            model.fit(x, y, epochs=1, verbose=0,
-                      callbacks=[SpreadMarginScheduler()])
+            model.fit(
+                x, y, epochs=1, verbose=0, callbacks=[SpreadMarginScheduler()]
+            )
 
 
 class SchedulerStateTest(TestCase):
@@ -326,7 +381,11 @@ class SchedulerStateTest(TestCase):
         x, y = _constant_data()
         model = _functional_model()
         model.fit(
-            x, y, batch_size=_BATCH_SIZE, epochs=2, verbose=0,
+            x,
+            y,
+            batch_size=_BATCH_SIZE,
+            epochs=2,
+            verbose=0,
             callbacks=[SpreadMarginScheduler(ramp_steps=16)],
         )
         path = os.path.join(self.get_temp_dir(), "model.keras")
@@ -336,11 +395,16 @@ class SchedulerStateTest(TestCase):
         loaded = keras.models.load_model(path)
         self.assertIsInstance(loaded.loss, SpreadLoss)
         self.assertAllClose(loaded.loss.margin, 0.2 + 0.7 * 7 / 16)
-        self.assertAllClose(loaded.predict(x, verbose=0),
-                            model.predict(x, verbose=0))
+        self.assertAllClose(
+            loaded.predict(x, verbose=0), model.predict(x, verbose=0)
+        )
         recorder = _BatchLossRecorder()
         loaded.fit(
-            x, y, batch_size=_BATCH_SIZE, epochs=1, verbose=0,
+            x,
+            y,
+            batch_size=_BATCH_SIZE,
+            epochs=1,
+            verbose=0,
             callbacks=[SpreadMarginScheduler(ramp_steps=16), recorder],
         )
         # The optimizer's step counter was saved: the ramp goes on from
@@ -361,7 +425,11 @@ class SchedulerStateTest(TestCase):
         model = _functional_model()
         with self.assertRaisesRegex(RuntimeError, "on purpose"):
             model.fit(
-                x, y, batch_size=_BATCH_SIZE, epochs=6, verbose=0,
+                x,
+                y,
+                batch_size=_BATCH_SIZE,
+                epochs=6,
+                verbose=0,
                 callbacks=[
                     keras.callbacks.BackupAndRestore(backup_dir),
                     SpreadMarginScheduler(**kwargs),
@@ -373,7 +441,11 @@ class SchedulerStateTest(TestCase):
         scheduler = SpreadMarginScheduler(**kwargs)
         # The scheduler first: tracking must not depend on the order.
         history = resumed.fit(
-            x, y, batch_size=_BATCH_SIZE, epochs=6, verbose=0,
+            x,
+            y,
+            batch_size=_BATCH_SIZE,
+            epochs=6,
+            verbose=0,
             callbacks=[scheduler, keras.callbacks.BackupAndRestore(backup_dir)],
         )
         self.assertLen(history.history["loss"], 3)

@@ -32,8 +32,14 @@ _TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 
 # idx type codes, written independently of the reader under test.
 _ABSENT = object()
-_IDX_CODES = {"uint8": 0x08, "int8": 0x09, "int16": 0x0B, "int32": 0x0C,
-              "float32": 0x0D, "float64": 0x0E}
+_IDX_CODES = {
+    "uint8": 0x08,
+    "int8": 0x09,
+    "int16": 0x0B,
+    "int32": 0x0C,
+    "float32": 0x0D,
+    "float64": 0x0E,
+}
 
 
 def _write_idx(path, array, compress):
@@ -147,8 +153,9 @@ class ReadIdxTest(testing.TestCase):
 
 
 class LoadSampleTest(testing.TestCase):
-    @parameterized.named_parameters(("train", "train", 500),
-                                    ("test", "test", 100))
+    @parameterized.named_parameters(
+        ("train", "train", 500), ("test", "test", 100)
+    )
     def test_shapes_balance_and_range(self, split, per_class):
         x, y = mnist.load_sample(split)
         self.assertEqual(x.shape, (10 * per_class, 28, 28, 1))
@@ -238,9 +245,7 @@ class LoadSampleTest(testing.TestCase):
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("SHAPE (1000, 28, 28, 1) (1000, 10)", result.stdout)
-        self.assertIn(
-            "pip install keras-capsules[datasets]", result.stdout
-        )
+        self.assertIn("pip install keras-capsules[datasets]", result.stdout)
 
 
 class LoadTest(testing.TestCase):
@@ -264,9 +269,7 @@ class LoadTest(testing.TestCase):
     def test_drop_remainder_gives_static_batch(self):
         tfds = _tfds()
         with tfds.testing.mock_data(num_examples=10):
-            dataset = mnist.load(
-                "test", batch_size=4, drop_remainder=True
-            )
+            dataset = mnist.load("test", batch_size=4, drop_remainder=True)
         self.assertEqual(tuple(dataset.element_spec[0].shape), (4, 28, 28, 1))
         self.assertEqual([len(x) for x, _ in _batches(dataset)], [4, 4])
 
@@ -275,9 +278,7 @@ class LoadTest(testing.TestCase):
         with tfds.testing.mock_data(num_examples=6):
             first = _batches(mnist.load("test", batch_size=6))
             second = _batches(mnist.load("test", batch_size=6, seed=5))
-            plain = _batches(
-                mnist.load("test", batch_size=6, augment=False)
-            )
+            plain = _batches(mnist.load("test", batch_size=6, augment=False))
         self.assertAllClose(first[0][0], second[0][0])
         self.assertAllClose(first[0][0], plain[0][0])
         self.assertAllClose(first[0][1], plain[0][1])
@@ -337,22 +338,50 @@ class LoadTest(testing.TestCase):
         self.assertTrue(np.isfinite(history.history["loss"][-1]))
 
     @parameterized.named_parameters(
-        ("split", dict(split="validation"), ValueError,
-         r"`split` must be 'train' or 'test'\. Received: split=validation$"),
-        ("batch_size_zero", dict(batch_size=0), ValueError,
-         r"`batch_size` must be a positive integer\. "
-         r"Received: batch_size=0$"),
-        ("batch_size_bool", dict(batch_size=True), ValueError,
-         r"Received: batch_size=True$"),
-        ("shuffle_buffer", dict(shuffle_buffer=-1), ValueError,
-         r"Received: shuffle_buffer=-1$"),
-        ("augment", dict(augment="yes"), TypeError,
-         r"`augment` must be None or a bool\. Received: augment=yes$"),
+        (
+            "split",
+            dict(split="validation"),
+            ValueError,
+            r"`split` must be 'train' or 'test'\. Received: split=validation$",
+        ),
+        (
+            "batch_size_zero",
+            dict(batch_size=0),
+            ValueError,
+            r"`batch_size` must be a positive integer\. "
+            r"Received: batch_size=0$",
+        ),
+        (
+            "batch_size_bool",
+            dict(batch_size=True),
+            ValueError,
+            r"Received: batch_size=True$",
+        ),
+        (
+            "shuffle_buffer",
+            dict(shuffle_buffer=-1),
+            ValueError,
+            r"Received: shuffle_buffer=-1$",
+        ),
+        (
+            "augment",
+            dict(augment="yes"),
+            TypeError,
+            r"`augment` must be None or a bool\. Received: augment=yes$",
+        ),
         ("seed", dict(seed=1.5), ValueError, r"Received: seed=1.5$"),
-        ("drop_remainder", dict(drop_remainder=None), TypeError,
-         r"Received: drop_remainder=None$"),
-        ("manual_dir", dict(manual_dir=3), TypeError,
-         r"Received: manual_dir=3$"),
+        (
+            "drop_remainder",
+            dict(drop_remainder=None),
+            TypeError,
+            r"Received: drop_remainder=None$",
+        ),
+        (
+            "manual_dir",
+            dict(manual_dir=3),
+            TypeError,
+            r"Received: manual_dir=3$",
+        ),
     )
     def test_invalid_arguments(self, kwargs, error, pattern):
         with self.assertRaisesRegex(error, r"`mnist.load`"):
@@ -409,6 +438,6 @@ class LoadTest(testing.TestCase):
         np.testing.assert_array_equal(counts, _TEST_COUNTS)
         # Prepared now: no manual_dir needed any more.
         train = mnist.load("train", batch_size=60000, data_dir=data_dir)
-        (x, y), = _batches(train)
+        ((x, y),) = _batches(train)
         self.assertEqual(x.shape, (60000, 28, 28, 1))
         np.testing.assert_array_equal(y.sum(axis=0), _TRAIN_COUNTS)

@@ -17,8 +17,13 @@ _PREFIXES = {
     "test": "smallnorb-5x01235x9x18x6x2x96x96-testing",
 }
 # NORB magic numbers, written independently of the reader under test.
-_MAGIC = {"uint8": 0x1E3D4C55, "int32": 0x1E3D4C54, "int16": 0x1E3D4C56,
-          "float32": 0x1E3D4C51, "float64": 0x1E3D4C53}
+_MAGIC = {
+    "uint8": 0x1E3D4C55,
+    "int32": 0x1E3D4C54,
+    "int16": 0x1E3D4C56,
+    "float32": 0x1E3D4C51,
+    "float64": 0x1E3D4C53,
+}
 _NUM_EXAMPLES = 10
 _ABSENT = object()
 
@@ -93,9 +98,9 @@ def _reference_image(pair, image_size):
     image = pair.transpose(1, 2, 0).astype(np.float64)
     factor = 96 // image_size
     # Halving with half-pixel centres averages 2x2 blocks exactly.
-    return image.reshape(
-        image_size, factor, image_size, factor, 2
-    ).mean(axis=(1, 3))
+    return image.reshape(image_size, factor, image_size, factor, 2).mean(
+        axis=(1, 3)
+    )
 
 
 def _standardize(image):
@@ -195,12 +200,8 @@ class LoadFilesTest(testing.TestCase):
             for sy, sx in ((1, 1), (1, -1), (-1, 1), (-1, -1))
         ]
         for index, (dy, dx) in enumerate(offsets):
-            expected = _standardize(
-                image[8 + dy : 40 + dy, 8 + dx : 40 + dx]
-            )
-            self.assertAllClose(
-                crops[6, index], expected, atol=1e-4, rtol=1e-4
-            )
+            expected = _standardize(image[8 + dy : 40 + dy, 8 + dx : 40 + dx])
+            self.assertAllClose(crops[6, index], expected, atol=1e-4, rtol=1e-4)
 
     def test_train_split_distorts_and_standardizes(self):
         images, labels = _concat(self.load("train", batch_size=4, seed=0))
@@ -270,9 +271,7 @@ class LoadFilesTest(testing.TestCase):
     def test_auto_falls_back_to_files(self):
         _tfds()
         start = time.monotonic()
-        dataset = self.load(
-            "test", source="auto", data_dir=self.get_temp_dir()
-        )
+        dataset = self.load("test", source="auto", data_dir=self.get_temp_dir())
         _, labels = _concat(dataset)
         self.assertLess(time.monotonic() - start, 10.0)
         np.testing.assert_array_equal(labels.argmax(axis=1), self.test[1])
@@ -356,7 +355,8 @@ class LoadTFDSTest(testing.TestCase):
             FileNotFoundError, r"`manual_dir` lacks .*training-cat\.mat\.gz"
         ):
             smallnorb.load(
-                source="tfds", data_dir=data_dir,
+                source="tfds",
+                data_dir=data_dir,
                 manual_dir=self.get_temp_dir(),
             )
         self.assertLess(time.monotonic() - start, 10.0)
@@ -376,27 +376,66 @@ class LoadTFDSTest(testing.TestCase):
 
 class ValidationTest(testing.TestCase):
     @parameterized.named_parameters(
-        ("split", dict(split="val"), ValueError,
-         r"`split` must be 'train' or 'test'\. Received: split=val$"),
-        ("batch_size", dict(batch_size=-2), ValueError,
-         r"Received: batch_size=-2$"),
-        ("shuffle_buffer", dict(shuffle_buffer=2.0), ValueError,
-         r"Received: shuffle_buffer=2.0$"),
-        ("source", dict(source="web"), ValueError,
-         r"`source` must be one of .*Received: source=web$"),
-        ("image_size", dict(image_size=97), ValueError,
-         r"at most 96.*Received: image_size=97$"),
-        ("crop_size", dict(crop_size=49), ValueError,
-         r"at most image_size=48\. Received: crop_size=49$"),
-        ("multi_crop_type", dict(multi_crop=1), TypeError,
-         r"Received: multi_crop=1$"),
-        ("multi_crop_train", dict(multi_crop=True), ValueError,
-         r"needs split='test'\. Received: split=train$"),
-        ("multi_crop_room", dict(split="test", multi_crop=True,
-                                 crop_size=44), ValueError,
-         r"image_size - crop_size >= 6\. Received: crop_size=44$"),
-        ("files_without_dir", dict(source="files"), ValueError,
-         r"must be given\. Received: manual_dir=None$"),
+        (
+            "split",
+            dict(split="val"),
+            ValueError,
+            r"`split` must be 'train' or 'test'\. Received: split=val$",
+        ),
+        (
+            "batch_size",
+            dict(batch_size=-2),
+            ValueError,
+            r"Received: batch_size=-2$",
+        ),
+        (
+            "shuffle_buffer",
+            dict(shuffle_buffer=2.0),
+            ValueError,
+            r"Received: shuffle_buffer=2.0$",
+        ),
+        (
+            "source",
+            dict(source="web"),
+            ValueError,
+            r"`source` must be one of .*Received: source=web$",
+        ),
+        (
+            "image_size",
+            dict(image_size=97),
+            ValueError,
+            r"at most 96.*Received: image_size=97$",
+        ),
+        (
+            "crop_size",
+            dict(crop_size=49),
+            ValueError,
+            r"at most image_size=48\. Received: crop_size=49$",
+        ),
+        (
+            "multi_crop_type",
+            dict(multi_crop=1),
+            TypeError,
+            r"Received: multi_crop=1$",
+        ),
+        (
+            "multi_crop_train",
+            dict(multi_crop=True),
+            ValueError,
+            r"needs split='test'\. Received: split=train$",
+        ),
+        (
+            "multi_crop_room",
+            dict(split="test", multi_crop=True, crop_size=44),
+            ValueError,
+            r"image_size - crop_size >= 6\. Received: crop_size=44$",
+        ),
+        (
+            "files_without_dir",
+            dict(source="files"),
+            ValueError,
+            r"must be given\. Received: manual_dir=None$",
+        ),
         ("seed", dict(seed="0"), ValueError, r"Received: seed=0$"),
     )
     def test_invalid_arguments(self, kwargs, error, pattern):

@@ -8,8 +8,9 @@ from keras_capsules.losses import spread_loss
 from keras_capsules.testing import TestCase
 
 
-def _numpy_spread_loss(y_true, y_pred, margin=0.2,
-                       reduction_over_classes="sum"):
+def _numpy_spread_loss(
+    y_true, y_pred, margin=0.2, reduction_over_classes="sum"
+):
     """Eq. 3 of Hinton et al. (2018), one wrong class at a time."""
     y_true = np.asarray(y_true, "float64")
     y_pred = np.asarray(y_pred, "float64")
@@ -33,9 +34,11 @@ def _numpy_official_order_loss(labels, logits, margin):
     labels = np.asarray(labels, "float64")
     logits = np.asarray(logits, "float64")
     target = (labels * logits).sum(-1, keepdims=True)
-    cost = (1 - labels) * (logits > target - margin) * (
-        logits + margin - target
-    ) ** 2
+    cost = (
+        (1 - labels)
+        * (logits > target - margin)
+        * (logits + margin - target) ** 2
+    )
     return cost.mean(-1)
 
 
@@ -80,7 +83,8 @@ class SpreadLossFunctionTest(TestCase):
         # Class 0 is 0.1 behind the target, inside the margin 0.2:
         # (0.2 - 0.1)^2; class 2 is 0.5 behind, outside it.
         self.assertAllClose(
-            spread_loss(y_true, y_pred, margin=0.2), np.array([0.01]),
+            spread_loss(y_true, y_pred, margin=0.2),
+            np.array([0.01]),
             atol=1e-7,
         )
 
@@ -88,7 +92,8 @@ class SpreadLossFunctionTest(TestCase):
         y_true = np.array([[1.0, 0.0, 0.0]], dtype="float32")
         y_pred = np.array([[0.95, 0.05, 0.0]], dtype="float32")
         self.assertAllClose(
-            spread_loss(y_true, y_pred, margin=0.9), np.array([0.0]),
+            spread_loss(y_true, y_pred, margin=0.9),
+            np.array([0.0]),
             atol=1e-7,
         )
 
@@ -122,14 +127,16 @@ class SpreadLossFunctionTest(TestCase):
         value = spread_loss(
             ops.cast(y_true, dtype), ops.cast(y_pred, dtype), margin=0.9
         )
-        self.assertEqual(keras.backend.standardize_dtype(value.dtype),
-                         "float32")
+        self.assertEqual(
+            keras.backend.standardize_dtype(value.dtype), "float32"
+        )
         self.assertAllFinite(value)
         rounded = ops.convert_to_numpy(
             ops.cast(ops.cast(y_pred, dtype), "float32")
         )
         self.assertAllClose(
-            value, _numpy_spread_loss(y_true, rounded, margin=0.9),
+            value,
+            _numpy_spread_loss(y_true, rounded, margin=0.9),
             atol=1e-5,
         )
 
@@ -138,14 +145,16 @@ class SpreadLossFunctionTest(TestCase):
         y_pred = np.array([[1e4, -1e4, 0.0], [0.0, 0.0, 0.0]], "float32")
         value = spread_loss(y_true, y_pred, margin=0.9)
         self.assertAllFinite(value)
-        self.assertAllClose(value, _numpy_spread_loss(y_true, y_pred, 0.9),
-                            rtol=1e-6)
+        self.assertAllClose(
+            value, _numpy_spread_loss(y_true, y_pred, 0.9), rtol=1e-6
+        )
 
     def test_rejects_non_numeric_margin(self):
         y_true, y_pred = _data()
         with self.assertRaisesRegex(
-            TypeError, r"Argument margin must be a Python number.*"
-            r"Received: margin='big'"
+            TypeError,
+            r"Argument margin must be a Python number.*"
+            r"Received: margin='big'",
         ):
             spread_loss(y_true, y_pred, margin="big")
         with self.assertRaisesRegex(TypeError, "Received: margin=True"):
@@ -189,8 +198,12 @@ class SpreadLossTest(TestCase):
 
     def test_mean_over_classes_config(self):
         y_true, y_pred = _data()
-        loss = SpreadLoss(margin=0.3, reduction_over_classes="mean",
-                          reduction="sum", name="spread")
+        loss = SpreadLoss(
+            margin=0.3,
+            reduction_over_classes="mean",
+            reduction="sum",
+            name="spread",
+        )
         config = loss.get_config()
         self.assertEqual(config["reduction_over_classes"], "mean")
         self.assertEqual(config["reduction"], "sum")

@@ -50,9 +50,7 @@ def _accuracy_after_training(test, model):
     )
     predictions = model.predict(x_test, batch_size=100, verbose=0)
     test.assertAllFinite(predictions)
-    return float(
-        np.mean(np.argmax(predictions, -1) == np.argmax(y_test, -1))
-    )
+    return float(np.mean(np.argmax(predictions, -1) == np.argmax(y_test, -1)))
 
 
 def _jit():

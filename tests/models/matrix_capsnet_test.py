@@ -59,8 +59,13 @@ class MatrixCapsNetTest(TestCase):
         model = MatrixCapsNet(**_TINY)
         self.assertEqual(
             [type(layer) for layer in model.layers[1:]],
-            [keras.layers.Conv2D, PrimaryMatrixCaps, EMConvCaps, EMConvCaps,
-             EMClassCaps],
+            [
+                keras.layers.Conv2D,
+                PrimaryMatrixCaps,
+                EMConvCaps,
+                EMConvCaps,
+                EMClassCaps,
+            ],
         )
         self.assertEqual(model.conv1.strides, (2, 2))
         self.assertEqual(model.conv_caps1.strides, (2, 2))
@@ -98,8 +103,7 @@ class MatrixCapsNetTest(TestCase):
         self.assertIsInstance(model.loss, SpreadLoss)
         self.assertIs(model.loss.margin, model.spread_margin)
         self.assertTrue(
-            any(v is model.spread_margin
-                for v in model.non_trainable_variables)
+            any(v is model.spread_margin for v in model.non_trainable_variables)
         )
 
     def test_compile_wires_a_given_spread_loss(self):
@@ -111,9 +115,7 @@ class MatrixCapsNetTest(TestCase):
 
     def test_weight_decay_is_the_official_l2_loss(self):
         model = MatrixCapsNet(weight_decay=2e-7, **_TINY)
-        kernels = [
-            w for w in model.trainable_weights if "kernel" in w.path
-        ]
+        kernels = [w for w in model.trainable_weights if "kernel" in w.path]
         self.assertLen(kernels, 6)
         # weight_decay * l2_loss(w), with l2_loss(w) = sum(w^2) / 2.
         expected = sum(
@@ -141,7 +143,11 @@ class MatrixCapsNetTest(TestCase):
         # weights, so it is a known function of the margin the compiled
         # step read (0.5 from the scheduler, not the variable's 0.2).
         history = model.fit(
-            x, y, batch_size=len(x), epochs=2, callbacks=[scheduler],
+            x,
+            y,
+            batch_size=len(x),
+            epochs=2,
+            callbacks=[scheduler],
             verbose=0,
         )
         self.assertAllClose(
@@ -156,9 +162,7 @@ class MatrixCapsNetTest(TestCase):
         )
         self.assertIn("accuracy", history.history)
 
-        loaded = self.run_model_saving_test(
-            model, x, layer_cls=EMClassCaps
-        )
+        loaded = self.run_model_saving_test(model, x, layer_cls=EMClassCaps)
         self.assertAllClose(loaded.spread_margin, 0.9)
         self.assertIsInstance(loaded.loss, SpreadLoss)
         self.assertIs(loaded.loss.margin, loaded.spread_margin)
@@ -190,7 +194,11 @@ class MatrixCapsNetTest(TestCase):
             ] + extra_callbacks
             try:
                 model.fit(
-                    x, y, epochs=4, batch_size=4, callbacks=callbacks,
+                    x,
+                    y,
+                    epochs=4,
+                    batch_size=4,
+                    callbacks=callbacks,
                     verbose=0,
                 )
             except RuntimeError:
@@ -209,9 +217,7 @@ class MatrixCapsNetTest(TestCase):
         self.assertEqual(Epochs.seen, [2, 3])
         self.assertEqual(int(resumed.optimizer.iterations), 8)
         # The linear ramp over 4 epochs sets epoch 3's margin at its start.
-        self.assertAllClose(
-            resumed.spread_margin, 0.2 + 0.7 * 3 / 4, atol=1e-6
-        )
+        self.assertAllClose(resumed.spread_margin, 0.2 + 0.7 * 3 / 4, atol=1e-6)
 
     def test_config_round_trip(self):
         kwargs = dict(_TINY, coordinate_addition=False, weight_decay=1e-6)
@@ -244,30 +250,53 @@ class MatrixCapsNetTest(TestCase):
         )
 
     @parameterized.named_parameters(
-        ("small_images", {"input_shape": (16, 16, 1)}, ValueError,
-         r"at least 17.*Received: input_shape=\(16, 16, 1\)"),
-        ("input_rank", {"input_shape": (32, 32)}, ValueError,
-         r"Received: input_shape=\(32, 32\)"),
+        (
+            "small_images",
+            {"input_shape": (16, 16, 1)},
+            ValueError,
+            r"at least 17.*Received: input_shape=\(16, 16, 1\)",
+        ),
+        (
+            "input_rank",
+            {"input_shape": (32, 32)},
+            ValueError,
+            r"Received: input_shape=\(32, 32\)",
+        ),
         ("channels", {"A": 0}, ValueError, "Received: A=0"),
-        ("classes", {"num_classes": 1.5}, ValueError,
-         "Received: num_classes=1.5"),
-        ("iterations", {"routing_iterations": 0}, ValueError,
-         "Received: routing_iterations=0"),
-        ("coordinates", {"coordinate_addition": "yes"}, TypeError,
-         "Received: coordinate_addition='yes'"),
-        ("weight_decay", {"weight_decay": -1.0}, ValueError,
-         "Received: weight_decay=-1.0"),
+        (
+            "classes",
+            {"num_classes": 1.5},
+            ValueError,
+            "Received: num_classes=1.5",
+        ),
+        (
+            "iterations",
+            {"routing_iterations": 0},
+            ValueError,
+            "Received: routing_iterations=0",
+        ),
+        (
+            "coordinates",
+            {"coordinate_addition": "yes"},
+            TypeError,
+            "Received: coordinate_addition='yes'",
+        ),
+        (
+            "weight_decay",
+            {"weight_decay": -1.0},
+            ValueError,
+            "Received: weight_decay=-1.0",
+        ),
     )
     def test_rejects_bad_arguments(self, kwargs, error, pattern):
         with self.assertRaisesRegex(error, pattern):
             MatrixCapsNet(**kwargs)
 
     def test_smallest_images(self):
-        model = MatrixCapsNet(
-            **dict(_TINY, input_shape=(17, 17, 2))
+        model = MatrixCapsNet(**dict(_TINY, input_shape=(17, 17, 2)))
+        self.assertEqual(
+            tuple(model.conv_caps2.output[1].shape), (None, 1, 1, 4)
         )
-        self.assertEqual(tuple(model.conv_caps2.output[1].shape),
-                         (None, 1, 1, 4))
 
     @pytest.mark.large
     def test_fit_with_xla(self):
@@ -279,5 +308,6 @@ class MatrixCapsNetTest(TestCase):
         path = os.path.join(self.get_temp_dir(), "model.keras")
         model.save(path)
         loaded = keras.models.load_model(path)
-        self.assertAllClose(loaded.predict(x, verbose=0),
-                            model.predict(x, verbose=0), atol=1e-5)
+        self.assertAllClose(
+            loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-5
+        )

@@ -40,6 +40,8 @@ class Conv2DTest(TestCase):
         kernel = rng.standard_normal((k, k, shape[-1], 4)).astype("float32")
         got = keras_capsules.ops.conv2d(x, kernel, strides, padding)
         self.assertAllClose(
-            got, numpy_conv2d(x, kernel, strides, padding), atol=1e-4,
+            got,
+            numpy_conv2d(x, kernel, strides, padding),
+            atol=1e-4,
             rtol=1e-4,
         )
