@@ -15,16 +15,18 @@ write it, so that `benchmarks/run.py` can measure what
   tensor, and the votes are one broadcast `keras.ops.matmul` of the two;
 - EM routing runs separately in every window: each child's assignments
   are normalised over the output types of that window only
-  (`keras_capsules.ops.em_routing`'s computation on per-position votes,
-  differentiated step by step by automatic differentiation as in the
-  research code, not through the package's hand-written gradients), so a
-  child in `n` overlapping windows is routed `n` times independently.
+  (`keras_capsules.ops.em_routing`'s equations on per-position votes,
+  written out here and differentiated step by step by automatic
+  differentiation as in the research code, not through the package's
+  hand-written gradients), so a child in `n` overlapping windows is
+  routed `n` times independently.
 
 The weights have the names, shapes and order of `EMConvCaps` (kernel
 `(kh, kw, B, C, 4, 4)`, `beta_v` and `beta_a` of shape `(C,)`), so
 `naive.set_weights(ours.get_weights())` gives both the same parameters.
-Where windows do not overlap (`strides == kernel_size`) both layers
-compute the same function; elsewhere they differ only in the E-step
+Where windows do not overlap (`strides == kernel_size`) it computes the
+function of `EMConvCaps(routing_normalization="window")`; elsewhere, and
+against the default normalisation, they differ only in the E-step
 normalisation (see `keras_capsules.ops.em_conv_routing`).
 
 `naive_matrix_capsnet()` builds the `MatrixCapsNet` graph with its two
@@ -47,7 +49,6 @@ import numpy as np
 from keras import ops
 
 import keras_capsules
-from keras_capsules.ops import routing
 
 # The official training setting, as `MatrixCapsNet.compile()` uses it; the
 # margin of the spread loss stays at its starting value, 0.2.
@@ -67,6 +68,81 @@ def _window_indices(grid_size, kernel_size, strides):
     cols = np.arange(out_w)[:, None] * stride_w + np.arange(kernel_w)
     flat = rows[:, None, :, None] * width + cols[None, :, None, :]
     return flat.reshape(out_h * out_w, kernel_h * kernel_w).astype("int32")
+
+
+def _window_em_routing(
+    votes,
+    activations,
+    beta_v,
+    beta_a,
+    iterations,
+    final_lambda,
+    min_variance,
+    epsilon,
+    mode,
+):
+    """EM routing of every window on its own, written out step by step.
+
+    `votes` `(batch, out_h, out_w, children, num_out, pose_size)`,
+    `activations` `(batch, out_h, out_w, children)`. The equations of
+    `keras_capsules.ops.em_routing` (both modes), in plain `keras.ops` and
+    differentiated automatically, as the research ports do. Returns the
+    parent means `(batch, out_h, out_w, num_out, pose_size)` and
+    activations `(batch, out_h, out_w, num_out)`.
+    """
+    num_out, pose_size = votes.shape[-2:]
+    log_2pi = float(np.log(2.0 * np.pi))
+    activations = activations[..., None, None]
+    assignments = ops.ones_like(votes[..., :1]) / num_out
+    beta_v = ops.reshape(beta_v, (-1, 1))
+    beta_a = ops.reshape(beta_a, (-1, 1))
+    mean = None
+    for iteration in range(iterations):
+        if mode == "official":
+            # The official schedule and mean momentum.
+            lam = final_lambda * (1.0 - 0.95 ** (iteration + 1))
+        else:
+            lam = final_lambda * (iteration + 1) / iterations
+        r = assignments * activations
+        mass = ops.sum(r, axis=-3, keepdims=True) + epsilon
+        weights = r / mass
+        new_mean = ops.sum(weights * votes, axis=-3, keepdims=True)
+        if mode == "paper":
+            mean = new_mean
+        elif mean is None:
+            mean = 0.9 * new_mean
+        else:
+            mean = 0.9 * new_mean + 0.1 * mean
+        variance = min_variance + ops.sum(
+            weights * ops.square(votes - mean), axis=-3, keepdims=True
+        )
+        sum_log_variance = ops.sum(ops.log(variance), axis=-1, keepdims=True)
+        if mode == "official":
+            logit = lam * (
+                mass * (-sum_log_variance - beta_v * pose_size * (log_2pi + 1))
+                - 5000.0 * beta_a
+            )
+        else:
+            cost = mass * (pose_size * beta_v + 0.5 * sum_log_variance)
+            logit = lam * (beta_a - cost)
+        if iteration == iterations - 1:
+            break
+        log_p = (
+            ops.log_sigmoid(logit)
+            - 0.5 * (pose_size * log_2pi + sum_log_variance)
+            - ops.sum(
+                ops.square(votes - mean) / (2.0 * variance),
+                axis=-1,
+                keepdims=True,
+            )
+        )
+        # Rank 5 for the softmax: TensorFlow's oneDNN CPU kernel takes no
+        # more.
+        assignments = ops.softmax(ops.squeeze(log_p, axis=-1), axis=-1)
+        assignments = assignments[..., None]
+    return ops.squeeze(mean, axis=-3), ops.sigmoid(
+        ops.squeeze(logit, axis=(-3, -1))
+    )
 
 
 class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
@@ -149,20 +225,12 @@ class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
         # the output types of the window, not over every parent a child
         # feeds. Differentiated step by step, as the research code is, not
         # through the package's hand-written routing gradients.
-        out_poses, out_activations = routing._em_routing(
+        out_poses, out_activations = _window_em_routing(
             votes,
             child_activations,
             self.beta_v,
             self.beta_a,
-            return_assignments=False,
-            automatic_gradients=True,
-            **routing._check_em_options(
-                self.routing_iterations,
-                self.final_lambda,
-                self.min_variance,
-                None,
-                self.routing_mode,
-            ),
+            **self._routing_options,
         )
         out_poses = ops.reshape(
             out_poses, (-1, out_h, out_w, num_out, pose_size, pose_size)

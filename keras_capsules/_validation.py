@@ -210,3 +210,10 @@ def _option_error(value, name, options):
     return ValueError(
         f"Argument {name} must be {expected}. Received: {name}={value}"
     )
+
+
+def broadcasts_to(shape, target):
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False

@@ -8,7 +8,7 @@ from keras_capsules._validation import conv_output_size
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules._validation import serialize_objects
-from keras_capsules.ops.routing import dynamic_routing
+from keras_capsules.ops.dynamic import dynamic_routing
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import serialize_objects
-from keras_capsules.ops.routing import dynamic_routing
+from keras_capsules.ops.dynamic import dynamic_routing
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

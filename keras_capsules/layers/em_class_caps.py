@@ -8,10 +8,11 @@ from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import serialize_objects
+from keras_capsules.ops.em import _EM_MODES
+from keras_capsules.ops.em import _check_em_options
+from keras_capsules.ops.em import _em_routing
 from keras_capsules.ops.patches import _PLACEMENTS
 from keras_capsules.ops.patches import add_coordinates
-from keras_capsules.ops.routing import _EM_MODES
-from keras_capsules.ops.routing import em_routing
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -156,6 +157,14 @@ class EMClassCaps(keras.layers.Layer):
         self.routing_mode = check_option(
             routing_mode, "routing_mode", _EM_MODES
         )
+        # Checked once, here, not on every call.
+        self._routing_options = _check_em_options(
+            self.routing_iterations,
+            self.final_lambda * self.lambda_scale,
+            self.min_variance,
+            None,
+            self.routing_mode,
+        )
         # Fresh instances per layer: an unseeded initializer draws its seed
         # once, so a shared default object would repeat its values.
         if kernel_initializer is None:
@@ -210,15 +219,13 @@ class EMClassCaps(keras.layers.Layer):
             votes,
             (-1, num_children, self.num_classes, pose_size * pose_size),
         )
-        class_poses, class_activations = em_routing(
+        class_poses, class_activations = _em_routing(
             votes,
             ops.reshape(activations, (-1, num_children)),
             self.beta_v,
             self.beta_a,
-            iterations=self.routing_iterations,
-            final_lambda=self.final_lambda * self.lambda_scale,
-            min_variance=self.min_variance,
-            mode=self.routing_mode,
+            return_assignments=False,
+            **self._routing_options,
         )
         class_poses = ops.reshape(
             class_poses, (-1, self.num_classes, pose_size, pose_size)

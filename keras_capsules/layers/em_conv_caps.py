@@ -1,7 +1,6 @@
 """The EMConvCaps layer: convolutional matrix capsules with EM routing."""
 
 import keras
-from keras import ops
 
 from keras_capsules._validation import check_matrix_capsules_shape
 from keras_capsules._validation import check_option
@@ -11,11 +10,10 @@ from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules._validation import patch_geometry
 from keras_capsules._validation import serialize_objects
-from keras_capsules.ops.patches import extract_capsule_patches
-from keras_capsules.ops.routing import _EM_MODES
-from keras_capsules.ops.routing import _EM_NORMALIZATIONS
-from keras_capsules.ops.routing import _check_em_options
-from keras_capsules.ops.routing import _em_conv_routing
+from keras_capsules.ops.em import _EM_MODES
+from keras_capsules.ops.em import _EM_NORMALIZATIONS
+from keras_capsules.ops.em import _check_em_options
+from keras_capsules.ops.em import _em_conv_capsules
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -167,6 +165,14 @@ class EMConvCaps(keras.layers.Layer):
         self.routing_normalization = check_option(
             routing_normalization, "routing_normalization", _EM_NORMALIZATIONS
         )
+        # Checked once, here, not on every call.
+        self._routing_options = _check_em_options(
+            self.routing_iterations,
+            self.final_lambda,
+            self.min_variance,
+            None,
+            self.routing_mode,
+        )
         # Fresh instances per layer: an unseeded initializer draws its seed
         # once, so a shared default object would repeat its values.
         if kernel_initializer is None:
@@ -210,79 +216,20 @@ class EMConvCaps(keras.layers.Layer):
 
     def call(self, inputs):
         poses, activations = inputs
-        tiles = extract_capsule_patches(
-            poses, self.kernel_size, self.strides, self.padding
-        )
-        _, out_h, out_w, kernel_h, kernel_w, num_in = tiles.shape[:6]
-        pose_size = poses.shape[-1]
-        num_children = kernel_h * kernel_w * num_in
-        # V = M W for every (kernel row, kernel column, input type, output
-        # type), the official row-vector convention, as one batched matmul
-        # over the children: rows (children, windows, ...) times kernels
-        # (children, ..., num_out ...).
-        rows = ops.transpose(tiles, (3, 4, 5, 0, 1, 2, 6, 7))
-        children_first = keras.backend.backend() in ("tensorflow", "jax")
-        if children_first:
-            # With XLA the routing reads the votes in the layout the matmul
-            # writes (children first, see ops.routing._em_conv_routing):
-            # XLA then transposes neither the votes for the routing nor
-            # their gradient for the matmul's backward pass. EMConvCaps
-            # 14x14x32 -> 32, batch 16, 2-core CPU, training img/s: JAX
-            # 15.5 against 6.3 with the equivalent einsum (whose gradient
-            # XLA transposed), TensorFlow 0.9 s against 1.6 s per step at
-            # batch 8 when it replaced positions-first votes.
-            rows = ops.reshape(rows, (num_children, -1, pose_size))
-            kernel = ops.reshape(
-                ops.transpose(self.kernel, (0, 1, 2, 4, 3, 5)),
-                (num_children, pose_size, self.num_capsules * pose_size),
+        return list(
+            _em_conv_capsules(
+                poses,
+                activations,
+                self.kernel,
+                self.beta_v,
+                self.beta_a,
+                self.kernel_size,
+                self.strides,
+                self.padding,
+                self.routing_normalization,
+                self._routing_options,
             )
-            votes_shape = (num_children, -1, out_h, out_w, pose_size)
-            votes_shape += (self.num_capsules, pose_size)
-        else:
-            # PyTorch routes positions first, and `torch.compile` reads the
-            # 16 pose elements of a vote 8 at a time only if they are
-            # adjacent: each window's whole 4x4 pose is one matmul row
-            # against the kernel spread over the pose rows (kron(I, W),
-            # 4x the multiply-adds of a small matmul whose cost is writing
-            # the votes), so that every (child, parent) pose is written in
-            # one piece. EMConvCaps 14x14x32 -> 32, batch 16, compiled:
-            # 7.1 training img/s against 6.3 with the einsum whose output
-            # interleaves the pose rows with the parents.
-            rows = ops.reshape(rows, (num_children, -1, pose_size**2))
-            eye = ops.eye(pose_size, dtype=self.kernel.dtype)
-            kernel = ops.reshape(
-                ops.einsum("sp,xyicqr->xyisqcpr", eye, self.kernel),
-                (num_children, pose_size**2, self.num_capsules * pose_size**2),
-            )
-            votes_shape = (num_children, -1, out_h, out_w, self.num_capsules)
-            votes_shape += (pose_size**2,)
-        votes = ops.reshape(ops.matmul(rows, kernel), votes_shape)
-        if not children_first:
-            votes = ops.transpose(votes, (1, 2, 3, 0, 4, 5))
-        out_poses, out_activations = _em_conv_routing(
-            votes,
-            activations,
-            self.beta_v,
-            self.beta_a,
-            kernel_size=self.kernel_size,
-            strides=self.strides,
-            padding=self.padding,
-            children_first=children_first,
-            return_assignments=False,
-            normalization=self.routing_normalization,
-            **_check_em_options(
-                self.routing_iterations,
-                self.final_lambda,
-                self.min_variance,
-                None,
-                self.routing_mode,
-            ),
         )
-        out_poses = ops.reshape(
-            out_poses,
-            (-1, out_h, out_w, self.num_capsules, pose_size, pose_size),
-        )
-        return [out_poses, out_activations]
 
     def compute_output_shape(self, input_shape):
         pose_shape, _ = check_matrix_capsules_shape(input_shape, "EMConvCaps")

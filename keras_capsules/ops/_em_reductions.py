@@ -1,4 +1,6 @@
-"""Sums over the children axis of EM routing, and their adjoint broadcasts.
+"""EM routing's reductions over the children, and their gradients.
+
+The sums over the children axis and their adjoint broadcasts.
 
 Also the three steps of an EM iteration that read the votes (the mean,
 the variance, the E-step exponent), with hand-written gradients: see the
@@ -27,13 +29,7 @@ path: it gets plain sums and broadcasting.
 import keras
 from keras import ops
 
-
-def _xla_backend(x):
-    # Symbolic tensors (functional model construction) only need shapes,
-    # and a custom gradient cannot take them.
-    return keras.backend.backend() in ("tensorflow", "jax") and not isinstance(
-        x, keras.KerasTensor
-    )
+from keras_capsules.ops._layout import chunked_sums
 
 
 def _slice(x, axis, start, stop):
@@ -85,7 +81,7 @@ def sum_children(x, axis):
     With XLA (TensorFlow, JAX) the sum is chunked and its gradient a
     broadcast; on PyTorch it is `keras.ops.sum`.
     """
-    if not _xla_backend(x):
+    if not chunked_sums(x):
         return ops.sum(x, axis=axis, keepdims=True)
     size = x.shape[axis]
 
@@ -108,7 +104,7 @@ def spread_children(x, axis, size):
     PyTorch `x` is returned as it is, for the arithmetic that uses it to
     broadcast.
     """
-    if not _xla_backend(x):
+    if not chunked_sums(x):
         return x
 
     @ops.custom_gradient
@@ -126,7 +122,7 @@ def spread_children(x, axis, size):
 def _children_sum(x, axis):
     """A sum over the children inside a hand-written gradient: the form
     `sum_children` takes, without a custom gradient of its own."""
-    if _xla_backend(x):
+    if chunked_sums(x):
         return _chunked_sum(x, axis)
     return ops.sum(x, axis=axis, keepdims=True)
 
@@ -156,7 +152,7 @@ def _materialize(x):
     x 32 -> 32, batch 16, TF+XLA CPU) went from 3.4 s to 1.1 s. PyTorch
     computes every operation once anyway.
     """
-    if not _xla_backend(x):
+    if not chunked_sums(x):
         return x
     return ops.sum(ops.stack([x, ops.zeros_like(x)]), axis=0)
 
@@ -172,8 +168,7 @@ def _upstream(args, upstream):
 
 
 # The three vote-sized computations of an EM iteration, differentiated by
-# hand on every backend (unless `automatic`, for the naive baseline of
-# `benchmarks/`; symbolic tensors only need shapes). Automatic
+# hand on every backend (symbolic tensors only need shapes). Automatic
 # differentiation saves vote-sized intermediates (the deviations from the
 # means and their squares) from the forward pass for the backward, and
 # TensorFlow sums the gradients the votes receive with one AddN that waits
@@ -188,12 +183,12 @@ def _upstream(args, upstream):
 # growth, 1.9 against 1.8 training img/s).
 
 
-def weighted_mean(weights, votes, child_axis, automatic=False):
+def weighted_mean(weights, votes, child_axis):
     """`sum_children(weights * votes)`, the M-step mean (Procedure 1).
 
     `weights` has size 1 on the pose axes.
     """
-    if automatic or isinstance(votes, keras.KerasTensor):
+    if isinstance(votes, keras.KerasTensor):
         return ops.sum(weights * votes, axis=child_axis, keepdims=True)
 
     @ops.custom_gradient
@@ -212,12 +207,12 @@ def weighted_mean(weights, votes, child_axis, automatic=False):
     return mean(*_tensors(weights, votes))
 
 
-def weighted_variance(weights, votes, mean, child_axis, automatic=False):
+def weighted_variance(weights, votes, mean, child_axis):
     """`sum_children(weights * (votes - mean) ** 2)` (Procedure 1).
 
     `mean` has size 1 on the children axis.
     """
-    if automatic or isinstance(votes, keras.KerasTensor):
+    if isinstance(votes, keras.KerasTensor):
         return ops.sum(
             weights * ops.square(votes - mean), axis=child_axis, keepdims=True
         )
@@ -253,15 +248,13 @@ def weighted_variance(weights, votes, mean, child_axis, automatic=False):
     return variance(*_tensors(weights, votes, mean))
 
 
-def deviation_energy(
-    votes, mean, variance, child_axis, pose_axes, automatic=False
-):
+def deviation_energy(votes, mean, variance, child_axis, pose_axes):
     """`sum_pose((votes - mean) ** 2 / (2 variance))`, the E-step exponent.
 
     `mean` and `variance` have size 1 on the children axis, the result on
     the pose axes.
     """
-    if automatic or isinstance(votes, keras.KerasTensor):
+    if isinstance(votes, keras.KerasTensor):
         return ops.sum(
             ops.square(votes - mean) / (2.0 * variance),
             axis=pose_axes,

@@ -3,6 +3,8 @@ import numpy as np
 from absl.testing import parameterized
 
 from keras_capsules import ops as capsule_ops
+from keras_capsules._validation import patch_geometry
+from keras_capsules.ops import em
 from keras_capsules.testing import TestCase
 
 _LOG_2PI = np.log(2.0 * np.pi)
@@ -658,3 +660,57 @@ def _fit_probe(test, votes, activations, conv):
     )
     test.assertTrue(np.isfinite(history.history["loss"][-1]))
     test.assertAllFinite(model.weights)
+
+
+class ConvRoutingLayoutTest(TestCase):
+    """The children-first layout (EMConvCaps on TensorFlow) routes exactly
+    as the positions-first one, on every backend."""
+
+    @parameterized.named_parameters(
+        ("k3_s2_valid", 7, 3, 2, "valid", "official"),
+        ("k3_s1_same", 5, 3, 1, "same", "paper"),
+    )
+    def test_layouts_agree(self, size, kernel, stride, padding, mode):
+        rng = np.random.default_rng(2)
+        num_in, num_out, batch = 3, 4, 2
+        (out_h, out_w), _ = patch_geometry(
+            (size, size), (kernel, kernel), (stride, stride), padding
+        )
+        children = kernel * kernel * num_in
+        votes = rng.normal(size=(batch, out_h, out_w, children, num_out, 16))
+        votes = votes.astype("float32")
+        activations = rng.uniform(size=(batch, size, size, num_in))
+        activations = activations.astype("float32")
+        beta_v = rng.normal(size=num_out).astype("float32")
+        beta_a = rng.normal(size=num_out).astype("float32")
+        options = em._check_em_options(3, 0.01, 5e-4, None, mode)
+        arguments = ((kernel, kernel), (stride, stride), padding)
+        expected = em._em_conv_routing(
+            votes,
+            activations,
+            beta_v,
+            beta_a,
+            *arguments,
+            children_first=False,
+            return_assignments=True,
+            **options,
+        )
+        # (batch, h, w, children, out, 4 * 4) -> (children, batch, h, w,
+        # 4, out, 4).
+        children_first = np.reshape(
+            votes, (batch, out_h, out_w, children, num_out, 4, 4)
+        ).transpose(3, 0, 1, 2, 5, 4, 6)
+        actual = em._em_conv_routing(
+            children_first,
+            activations,
+            beta_v,
+            beta_a,
+            *arguments,
+            children_first=True,
+            return_assignments=True,
+            **options,
+        )
+        for a, e in zip(actual, expected):
+            self.assertEqual(tuple(a.shape), tuple(e.shape))
+            # Three iterations of float32 arithmetic in another order.
+            self.assertAllClose(a, e, atol=1e-4, rtol=1e-4)

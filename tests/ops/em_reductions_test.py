@@ -2,8 +2,7 @@ import keras
 import numpy as np
 from absl.testing import parameterized
 
-from keras_capsules.ops import _children
-from keras_capsules.ops import routing
+from keras_capsules.ops import _em_reductions
 from keras_capsules.testing import TestCase
 
 
@@ -39,8 +38,8 @@ class _Probe(keras.layers.Layer):
             total = keras.ops.sum(self.w * x, axis=0, keepdims=True)
             spread = self.s
         else:
-            total = _children.sum_children(self.w * x, 0)
-            spread = _children.spread_children(self.s, 0, size)
+            total = _em_reductions.sum_children(self.w * x, 0)
+            spread = _em_reductions.spread_children(self.s, 0, size)
         value = keras.ops.sum(total * u) + keras.ops.sum(spread * x * u2)
         return keras.ops.zeros_like(inputs) + value
 
@@ -63,7 +62,7 @@ class ChildrenSumTest(TestCase):
     def test_chunked_sum_matches_numpy(self, size):
         x = np.random.default_rng(size).normal(size=(3, size, 5))
         x = x.astype("float32")
-        actual = _children._chunked_sum(keras.ops.convert_to_tensor(x), 1)
+        actual = _em_reductions._chunked_sum(keras.ops.convert_to_tensor(x), 1)
         self.assertAllClose(actual, x.sum(axis=1, keepdims=True), atol=1e-5)
 
     @parameterized.parameters(
@@ -81,7 +80,7 @@ class ChildrenSumTest(TestCase):
     def test_chunk_count_leaves_more_than_32_per_slice(self, size, expected):
         # XLA's CPU tree-reduction rewrite, which keeps the slice additions
         # vectorised, splits only reduced axes longer than 32.
-        self.assertEqual(_children._chunk_count(size), expected)
+        self.assertEqual(_em_reductions._chunk_count(size), expected)
 
     def test_values_and_gradients_match_plain_sums(self):
         rng = np.random.default_rng(1)
@@ -135,8 +134,8 @@ def _value_and_gradients(function, arrays, upstream):
 
 
 class FusedStepsTest(TestCase):
-    """The M- and E-step sums against NumPy, values and gradients, both
-    hand-written and automatic (the naive baseline's)."""
+    """The M- and E-step sums against NumPy: values and the hand-written
+    gradients."""
 
     # Children-first layout: (children, batch, pose rows, parents, pose
     # columns); the children axis is 0, the pose axes are 2 and 4.
@@ -152,16 +151,15 @@ class FusedStepsTest(TestCase):
         return [a.astype("float32") for a in (votes, weights, mean, variance)]
 
     @parameterized.named_parameters(
-        ("per_parent", (6, 2, 1, 3, 1), False),
-        ("shared_by_parents", (6, 2, 1, 1, 1), False),
-        ("automatic", (6, 2, 1, 3, 1), True),
+        ("per_parent", (6, 2, 1, 3, 1)),
+        ("shared_by_parents", (6, 2, 1, 1, 1)),
     )
-    def test_weighted_mean(self, weights_shape, automatic):
+    def test_weighted_mean(self, weights_shape):
         votes, weights, _, _ = self.arrays(weights_shape)
         upstream = np.random.default_rng(4).normal(size=(1,) + self.shape[1:])
         upstream = upstream.astype("float32")
         value, (d_weights, d_votes) = _value_and_gradients(
-            lambda w, v: _children.weighted_mean(w, v, 0, automatic),
+            lambda w, v: _em_reductions.weighted_mean(w, v, 0),
             [weights, votes],
             upstream,
         )
@@ -180,16 +178,15 @@ class FusedStepsTest(TestCase):
         )
 
     @parameterized.named_parameters(
-        ("per_parent", (6, 2, 1, 3, 1), False),
-        ("shared_by_parents", (6, 2, 1, 1, 1), False),
-        ("automatic", (6, 2, 1, 3, 1), True),
+        ("per_parent", (6, 2, 1, 3, 1)),
+        ("shared_by_parents", (6, 2, 1, 1, 1)),
     )
-    def test_weighted_variance(self, weights_shape, automatic):
+    def test_weighted_variance(self, weights_shape):
         votes, weights, mean, _ = self.arrays(weights_shape)
         upstream = np.random.default_rng(5).normal(size=(1,) + self.shape[1:])
         upstream = upstream.astype("float32")
         value, (d_weights, d_votes, d_mean) = _value_and_gradients(
-            lambda w, v, m: _children.weighted_variance(w, v, m, 0, automatic),
+            lambda w, v, m: _em_reductions.weighted_variance(w, v, m, 0),
             [weights, votes, mean],
             upstream,
         )
@@ -210,14 +207,13 @@ class FusedStepsTest(TestCase):
             d_mean, -d_deviation.sum(axis=0, keepdims=True), atol=1e-4
         )
 
-    @parameterized.parameters(False, True)
-    def test_deviation_energy(self, automatic):
+    def test_deviation_energy(self):
         votes, _, mean, variance = self.arrays((6, 2, 1, 3, 1))
         upstream = np.random.default_rng(6).normal(size=(6, 2, 1, 3, 1))
         upstream = upstream.astype("float32")
         value, (d_votes, d_mean, d_variance) = _value_and_gradients(
-            lambda v, m, s: _children.deviation_energy(
-                v, m, s, 0, self.pose_axes, automatic
+            lambda v, m, s: _em_reductions.deviation_energy(
+                v, m, s, 0, self.pose_axes
             ),
             [votes, mean, variance],
             upstream,
@@ -238,57 +234,3 @@ class FusedStepsTest(TestCase):
             / (2.0 * variance**2),
             atol=1e-4,
         )
-
-
-class ConvRoutingLayoutTest(TestCase):
-    """The children-first layout (EMConvCaps on TensorFlow) routes exactly
-    as the positions-first one, on every backend."""
-
-    @parameterized.named_parameters(
-        ("k3_s2_valid", 7, 3, 2, "valid", "official"),
-        ("k3_s1_same", 5, 3, 1, "same", "paper"),
-    )
-    def test_layouts_agree(self, size, kernel, stride, padding, mode):
-        rng = np.random.default_rng(2)
-        num_in, num_out, batch = 3, 4, 2
-        (out_h, out_w), _ = routing.patch_geometry(
-            (size, size), (kernel, kernel), (stride, stride), padding
-        )
-        children = kernel * kernel * num_in
-        votes = rng.normal(size=(batch, out_h, out_w, children, num_out, 16))
-        votes = votes.astype("float32")
-        activations = rng.uniform(size=(batch, size, size, num_in))
-        activations = activations.astype("float32")
-        beta_v = rng.normal(size=num_out).astype("float32")
-        beta_a = rng.normal(size=num_out).astype("float32")
-        options = routing._check_em_options(3, 0.01, 5e-4, None, mode)
-        arguments = ((kernel, kernel), (stride, stride), padding)
-        expected = routing._em_conv_routing(
-            votes,
-            activations,
-            beta_v,
-            beta_a,
-            *arguments,
-            children_first=False,
-            return_assignments=True,
-            **options,
-        )
-        # (batch, h, w, children, out, 4 * 4) -> (children, batch, h, w,
-        # 4, out, 4).
-        children_first = np.reshape(
-            votes, (batch, out_h, out_w, children, num_out, 4, 4)
-        ).transpose(3, 0, 1, 2, 5, 4, 6)
-        actual = routing._em_conv_routing(
-            children_first,
-            activations,
-            beta_v,
-            beta_a,
-            *arguments,
-            children_first=True,
-            return_assignments=True,
-            **options,
-        )
-        for a, e in zip(actual, expected):
-            self.assertEqual(tuple(a.shape), tuple(e.shape))
-            # Three iterations of float32 arithmetic in another order.
-            self.assertAllClose(a, e, atol=1e-4, rtol=1e-4)

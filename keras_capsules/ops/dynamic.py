@@ -1,0 +1,144 @@
+"""Dynamic routing-by-agreement (Sabour, Frosst & Hinton 2017)."""
+
+from keras import ops
+
+from keras_capsules._validation import broadcasts_to
+from keras_capsules._validation import check_positive_int
+from keras_capsules.ops._dtypes import compute_dtypes
+from keras_capsules.ops._softmax import softmax
+from keras_capsules.ops.squash import squash
+
+
+def dynamic_routing(
+    votes,
+    iterations=3,
+    bias=None,
+    leaky=False,
+    stop_gradient=False,
+    return_coupling=False,
+):
+    """Routes votes to output capsules by iterative agreement.
+
+    Procedure 1 of the paper. Every input capsule `i` casts a vote
+    `u_hat[i, j]` for every output capsule `j`. Routing logits `b[i, j]`
+    start at zero for each example; each iteration turns them into coupling
+    coefficients `c[i, :] = softmax(b[i, :])` over the *output* capsules,
+    forms `s[j] = sum_i c[i, j] u_hat[i, j]` (Eq. 2), squashes it into
+    `v[j] = squash(s[j])` (Eq. 1) and, except after the last iteration,
+    raises `b[i, j]` by the agreement `u_hat[i, j] . v[j]`. The `v` of the
+    last iteration is returned.
+
+    Two options of the official implementation are available: a `bias`
+    added to `s` before the squash, and leaky routing, where an extra
+    all-zero logit joins the softmax and its share is dropped, so an input
+    capsule that agrees with no output capsule can send most of its vote
+    nowhere. With `stop_gradient=True`, the votes feeding the agreement
+    updates and the non-final iterations are wrapped in
+    `keras.ops.stop_gradient`, so gradients reach the votes only through
+    the last iteration's weighted sum, as in several popular ports.
+
+    The routing maths runs in `float32` for half-precision votes (and in
+    the votes' own dtype otherwise); the results are cast back to the
+    votes' dtype. The softmax subtracts the maximum logit first, and the
+    squash uses `sqrt(|s|^2 + epsilon)` with
+    `epsilon = keras.config.epsilon()`, so zero, identical and very large
+    votes all stay finite.
+
+    Paper: [Dynamic Routing Between Capsules](
+    https://arxiv.org/abs/1710.09829) (Sabour, Frosst & Hinton, 2017).
+
+    Args:
+        votes: Tensor of shape `(..., num_in, num_out, dim)`: the
+            prediction vectors `u_hat` of every input capsule for every
+            output capsule, with any number of leading (batch, position)
+            dimensions.
+        iterations: Positive integer, the number of routing iterations
+            (the paper uses 3). Defaults to `3`.
+        bias: Optional tensor broadcastable to `(num_out, dim)`, added to
+            `s` before the squash (the official code uses one, initialised
+            to 0.1). Defaults to `None`.
+        leaky: Boolean, whether to use leaky routing. Defaults to `False`.
+        stop_gradient: Boolean, whether to block gradients through the
+            agreement updates and the non-final iterations. Does not change
+            the forward values. Defaults to `False`.
+        return_coupling: Boolean, whether to also return the coupling
+            coefficients of the last iteration. Defaults to `False`.
+
+    Returns:
+        The output capsules, a tensor of shape `(..., num_out, dim)`. With
+        `return_coupling=True`, a tuple `(outputs, coupling)` where
+        `coupling` has shape `(..., num_in, num_out)` and sums to 1 over
+        `num_out` (to less than 1 with `leaky=True`).
+
+    Raises:
+        ValueError: If `iterations` is not a positive integer, if `votes`
+            has rank below 3, or if `bias` does not broadcast to
+            `(num_out, dim)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> votes = np.random.rand(2, 1152, 10, 16).astype("float32")
+    >>> outputs = keras_capsules.ops.dynamic_routing(votes, iterations=3)
+    >>> tuple(outputs.shape)
+    (2, 10, 16)
+
+    Reference:
+    - [Official TensorFlow code](https://github.com/Sarasra/models/tree/
+      master/research/capsules)
+    """
+    iterations = check_positive_int(iterations, "iterations")
+    votes = ops.convert_to_tensor(votes)
+    if len(votes.shape) < 3:
+        raise ValueError(
+            "Argument votes must have rank >= 3, with shape "
+            "(..., num_in, num_out, dim). "
+            f"Received: votes.shape={tuple(votes.shape)}"
+        )
+    dtype, compute_dtype = compute_dtypes(votes)
+    votes = ops.cast(votes, compute_dtype)
+    if bias is not None:
+        bias = ops.cast(bias, compute_dtype)
+        _check_bias_shape(tuple(bias.shape), tuple(votes.shape[-2:]))
+
+    frozen_votes = ops.stop_gradient(votes) if stop_gradient else votes
+    # b = 0 for every example (Procedure 1, line 2).
+    logits = ops.zeros_like(votes[..., 0])
+    for iteration in range(iterations):
+        is_last = iteration == iterations - 1
+        coupling = _coupling_coefficients(logits, leaky)
+        step_votes = votes if is_last else frozen_votes
+        preactivation = ops.einsum("...io,...iod->...od", coupling, step_votes)
+        if bias is not None:
+            preactivation = preactivation + bias
+        outputs = squash(preactivation)
+        if not is_last:
+            logits = logits + ops.einsum(
+                "...iod,...od->...io", frozen_votes, outputs
+            )
+    outputs = ops.cast(outputs, dtype)
+    if return_coupling:
+        return outputs, ops.cast(coupling, dtype)
+    return outputs
+
+
+def _coupling_coefficients(logits, leaky):
+    if not leaky:
+        return softmax(logits, axis=-1)
+    # The official "dustbin": a constant zero logit competes in the softmax
+    # and its probability mass is discarded.
+    leak = ops.zeros_like(logits[..., :1])
+    routing = softmax(ops.concatenate([leak, logits], axis=-1), axis=-1)
+    return routing[..., 1:]
+
+
+def _check_bias_shape(bias_shape, capsule_shape):
+    if None in capsule_shape or None in bias_shape:
+        return
+    if not broadcasts_to(bias_shape, capsule_shape):
+        raise ValueError(
+            "Argument bias must broadcast to the output capsules' shape "
+            f"(num_out, dim) = {capsule_shape}. "
+            f"Received: bias.shape={bias_shape}"
+        )
