@@ -1,13 +1,13 @@
 """Time of the EM M-step's weighted sum over the children, by slice count.
 
 EM routing sums `weights * votes` over the children of every parent many
-times per step (`keras_capsules/ops/_children.py`). With XLA on CPU the
+times per step (`keras_capsules/ops/_em_reductions.py`). With XLA on CPU the
 sum is written as slice additions followed by one `reduce`, and how many
 slices it takes decides whether XLA vectorises it: this script times that
 one sum, jit-compiled, for vote tensors in the layout `EMConvCaps` writes
 with XLA, `(children, batch, positions, 4, num_out, 4)`, with the weights
 broadcast over the pose, for each slice count of `--slices` (`auto` is
-the count the library picks, `_children._chunk_count`). It prints the
+the count the library picks, `_em_reductions._chunk_count`). It prints the
 median of `--steps` calls after one warm-up call, and writes JSON with the
 environment if asked.
 
@@ -24,7 +24,7 @@ import keras
 import numpy as np
 
 from benchmarks import common
-from keras_capsules.ops import _children
+from keras_capsules.ops import _em_reductions
 
 
 def parse_args(argv=None):
@@ -65,7 +65,7 @@ def time_sum(children, positions, num_out, slices, batch, steps):
     weights = rng.random((children, batch, positions, 1, num_out, 1))
     votes = keras.ops.convert_to_tensor(votes.astype("float32"))
     weights = keras.ops.convert_to_tensor(weights.astype("float32"))
-    fn = _jit(lambda w, v: _children._sliced_sum(w * v, 0, slices))
+    fn = _jit(lambda w, v: _em_reductions._sliced_sum(w * v, 0, slices))
     keras.ops.convert_to_numpy(fn(weights, votes))
     times = []
     for _ in range(steps):
@@ -82,7 +82,10 @@ def main(argv=None):
         children, positions, num_out = map(int, triple.split(":"))
         for text in args.slices.split(","):
             auto = text == "auto"
-            slices = _children._chunk_count(children) if auto else int(text)
+            if auto:
+                slices = _em_reductions._chunk_count(children)
+            else:
+                slices = int(text)
             if children % slices:
                 print(f"skip: {slices} slices do not divide {children}")
                 continue
