@@ -39,7 +39,8 @@ benchmarks.run --check` compares it with `EMConvCaps`.
 
 Usage:
     from benchmarks import naive_em
-    naive = naive_em.naive_matrix_capsnet(A=64, B=8, C=16, D=16)
+    small = keras_capsules.models.MatrixCapsNet.presets["small"]
+    naive = naive_em.naive_matrix_capsnet(**small)
     naive_em.copy_weights(ours, naive)  # ours: a MatrixCapsNet
     naive_em.compile_like_matrix_capsnet(naive, jit_compile=True)
 """

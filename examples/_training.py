@@ -21,13 +21,6 @@ import numpy as np  # noqa: E402
 
 import keras_capsules  # noqa: E402
 
-# A, B, C and D of the paper: Conv1 filters, primary capsule types and the
-# capsule types of the two convolutional capsule layers.
-MATRIX_CAPSNET_CONFIGS = {
-    "full": {"A": 32, "B": 32, "C": 32, "D": 32},
-    "small": {"A": 64, "B": 8, "C": 16, "D": 16},
-    "tiny": {"A": 8, "B": 4, "C": 4, "D": 4},
-}
 MATRIX_SMOKE_STEPS = 3
 # Adam's starting rate: the official one for the official exponential decay;
 # with the cosine decay to zero, 0.04 learned most in one epoch of MNIST of
@@ -63,7 +56,7 @@ def add_matrix_capsnet_arguments(parser, data_files, output):
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
         "--config",
-        choices=sorted(MATRIX_CAPSNET_CONFIGS),
+        choices=sorted(keras_capsules.models.MatrixCapsNet.presets),
         default="full",
         help="Capsule counts: the paper's full network "
         "(A=B=C=D=32), its small one (64, 8, 16, 16) or a "
@@ -231,11 +224,11 @@ def build_matrix_capsnet(args, input_shape, num_classes):
     options = {}
     if args.routing_iterations is not None:
         options["routing_iterations"] = args.routing_iterations
-    model = keras_capsules.models.MatrixCapsNet(
+    model = keras_capsules.models.MatrixCapsNet.from_preset(
+        args.config,
         input_shape=input_shape,
         num_classes=num_classes,
         weight_decay=args.weight_decay,
-        **MATRIX_CAPSNET_CONFIGS[args.config],
         **options,
     )
     return model, {}

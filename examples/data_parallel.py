@@ -56,7 +56,8 @@ TINY_CONFIGS = {
         routing_iterations=2,
         decoder_units=(16,),
     ),
-    "matrix_capsnet": dict(A=8, B=4, C=4, D=4, routing_iterations=1),
+    # The sizes of MatrixCapsNet's "tiny" preset, with one iteration.
+    "matrix_capsnet": dict(routing_iterations=1),
 }
 SMOKE_STEPS = 2
 SMOKE_BATCH_SIZE = 8
@@ -271,8 +272,11 @@ def build_model(args):
         return keras_capsules.models.CapsNet(
             input_shape=INPUT_SHAPE, num_classes=NUM_CLASSES, **config
         )
-    return keras_capsules.models.MatrixCapsNet(
-        input_shape=INPUT_SHAPE, num_classes=NUM_CLASSES, **config
+    return keras_capsules.models.MatrixCapsNet.from_preset(
+        "tiny" if args.config == "tiny" else "full",
+        input_shape=INPUT_SHAPE,
+        num_classes=NUM_CLASSES,
+        **config,
     )
 
 

@@ -111,7 +111,7 @@ def build_layers_model(args, input_shape, num_classes):
     its compile arguments: the spread loss (its margin scheduled by
     `SpreadMarginScheduler`) and accuracy.
     """
-    config = _training.MATRIX_CAPSNET_CONFIGS[args.config]
+    config = keras_capsules.models.MatrixCapsNet.presets[args.config]
     routing = {}
     if args.routing_iterations is not None:
         routing["routing_iterations"] = args.routing_iterations

@@ -1,10 +1,12 @@
 """MatrixCapsNet: the EM-routing capsule network of Hinton et al. (2018)."""
 
 import math
+import types
 
 import keras
 
 from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import conv_output_length
 from keras_capsules.layers.em_class_caps import EMClassCaps
@@ -25,6 +27,18 @@ _CONV_KERNEL_SIZE = 5
 _CONV_STRIDES = 2
 _CAPS_KERNEL_SIZE = 3
 _CAPS_STRIDES = (2, 1)
+
+
+# A, B, C and D of the paper (Section 5): Conv1 filters, primary capsule
+# types and the capsule types of the two convolutional capsule layers.
+# "full" and "small" are the paper's networks (310K and 68K parameters on
+# smallNORB); "tiny" is not from the paper: every layer still routes, and a
+# training step takes a fraction of a second on a CPU, for smoke runs.
+_PRESETS = {
+    "full": {"A": 32, "B": 32, "C": 32, "D": 32},
+    "small": {"A": 64, "B": 8, "C": 16, "D": 16},
+    "tiny": {"A": 8, "B": 4, "C": 4, "D": 4},
+}
 
 
 def _check_geometry(input_shape):
@@ -155,6 +169,45 @@ class MatrixCapsNet(keras.Model):
         - [Official TensorFlow code](https://github.com/google-research/
           google-research/tree/master/capsule_em)
     """
+
+    # Read-only: name -> {"A": ..., "B": ..., "C": ..., "D": ...}.
+    presets = types.MappingProxyType(
+        {
+            name: types.MappingProxyType(sizes)
+            for name, sizes in _PRESETS.items()
+        }
+    )
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """Builds a MatrixCapsNet with the layer sizes of a named preset.
+
+        Args:
+            preset: `"full"` (the paper's network, A=B=C=D=32), `"small"`
+                (the paper's small network, A=64, B=8, C=D=16) or `"tiny"`
+                (A=8, B=4, C=D=4, for quick checks). `MatrixCapsNet.presets`
+                maps each name to its sizes.
+            **kwargs: Any other argument of `MatrixCapsNet`, such as
+                `input_shape` or `num_classes`; `A`, `B`, `C` and `D`
+                given here override the preset's.
+
+        Returns:
+            An uncompiled `MatrixCapsNet`.
+
+        Raises:
+            ValueError: If `preset` is not one of the names above.
+
+        Example:
+
+        >>> import keras_capsules
+        >>> model = keras_capsules.models.MatrixCapsNet.from_preset(
+        ...     "small", input_shape=(28, 28, 1), num_classes=10
+        ... )
+        >>> model.A, model.B, model.C, model.D
+        (64, 8, 16, 16)
+        """
+        check_option(preset, "preset", tuple(_PRESETS))
+        return cls(**{**_PRESETS[preset], **kwargs})
 
     def __init__(
         self,

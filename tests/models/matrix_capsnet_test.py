@@ -13,15 +13,12 @@ from keras_capsules.losses import SpreadLoss
 from keras_capsules.models import MatrixCapsNet
 from keras_capsules.testing import TestCase
 
-# One tiny configuration everywhere: on JAX every new weight shape costs an
-# XLA compilation of its initializer.
+# One tiny configuration everywhere (the "tiny" preset's sizes): on JAX
+# every new weight shape costs an XLA compilation of its initializer.
 _TINY = {
     "input_shape": (24, 24, 1),
     "num_classes": 5,
-    "A": 8,
-    "B": 4,
-    "C": 4,
-    "D": 4,
+    **MatrixCapsNet.presets["tiny"],
     "routing_iterations": 1,
 }
 
@@ -42,18 +39,39 @@ def _numpy_spread_loss(y_true, y_pred, margin):
 
 class MatrixCapsNetTest(TestCase):
     def test_parameter_counts_match_the_paper(self):
-        paper = MatrixCapsNet()
+        paper = MatrixCapsNet.from_preset("full")
         trainable = sum(int(np.prod(w.shape)) for w in paper.trainable_weights)
         # Conv1 832 + PrimaryCaps 17,952 + 2 x ConvCaps 147,520 +
         # ClassCaps 2,570; "310K" in the paper.
         self.assertEqual(trainable, 316_394)
         self.assertBetween(paper.count_params(), 310_000, 317_000)
-        small = MatrixCapsNet(A=64, B=8, C=16, D=16)
+        small = MatrixCapsNet.from_preset("small")
         # "68K" in the paper.
         self.assertEqual(
             sum(int(np.prod(w.shape)) for w in small.trainable_weights),
             67_154,
         )
+
+    def test_presets(self):
+        self.assertEqual(
+            dict(MatrixCapsNet.presets["full"]),
+            {"A": 32, "B": 32, "C": 32, "D": 32},
+        )
+        self.assertEqual(MatrixCapsNet().get_config()["A"], 32)
+        with self.assertRaises(TypeError):
+            MatrixCapsNet.presets["small"]["A"] = 1
+        model = MatrixCapsNet.from_preset(
+            "tiny", input_shape=(24, 24, 1), num_classes=3, D=2
+        )
+        config = model.get_config()
+        self.assertEqual(
+            [config[name] for name in ("A", "B", "C", "D", "num_classes")],
+            [8, 4, 4, 2, 3],
+        )
+        with self.assertRaisesRegex(
+            ValueError, "Argument preset must be.*Received: preset=huge"
+        ):
+            MatrixCapsNet.from_preset("huge")
 
     def test_architecture(self):
         model = MatrixCapsNet(**_TINY)
