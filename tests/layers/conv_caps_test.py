@@ -7,40 +7,7 @@ from keras import ops
 
 from keras_capsules.layers import ConvCaps
 from keras_capsules.testing import TestCase
-
-
-def _numpy_conv2d(x, kernel, strides, padding):
-    """Cross-correlation with TensorFlow's "valid"/"same" conventions."""
-    (kernel_h, kernel_w), (stride_h, stride_w) = kernel.shape[:2], strides
-    if padding == "same":
-        pads = []
-        for size, k, s in zip(x.shape[1:3], (kernel_h, kernel_w), strides):
-            total = max((-(-size // s) - 1) * s + k - size, 0)
-            pads.append((total // 2, total - total // 2))
-        x = np.pad(x, [(0, 0), pads[0], pads[1], (0, 0)])
-    out_h = (x.shape[1] - kernel_h) // stride_h + 1
-    out_w = (x.shape[2] - kernel_w) // stride_w + 1
-    out = np.zeros((x.shape[0], out_h, out_w, kernel.shape[-1]))
-    for row in range(out_h):
-        for col in range(out_w):
-            window = x[
-                :,
-                row * stride_h : row * stride_h + kernel_h,
-                col * stride_w : col * stride_w + kernel_w,
-            ]
-            out[:, row, col] = np.einsum("bhwc,hwcf->bf", window, kernel)
-    return out
-
-
-def _numpy_squash(s):
-    squared_norm = np.sum(np.square(s), axis=-1, keepdims=True)
-    norm = np.sqrt(squared_norm)
-    return squared_norm / (1.0 + squared_norm) * s / np.where(norm > 0, norm, 1)
-
-
-def _numpy_softmax(x):
-    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
+from tests import references
 
 
 def _numpy_conv_caps(
@@ -54,26 +21,12 @@ def _numpy_conv_caps(
     """
     caps_in = x.shape[3]
     per_type = [
-        _numpy_conv2d(x[:, :, :, t, :], kernel, strides, padding)
+        references.conv2d(x[:, :, :, t, :], kernel, strides, padding)
         for t in range(caps_in)
     ]
     votes = np.stack(per_type, axis=3)
     votes = votes.reshape(votes.shape[:4] + (num_capsules, -1))
-    logits = np.zeros(votes.shape[:-1])
-    for iteration in range(iterations):
-        if leaky:
-            leak = np.zeros(logits.shape[:-1] + (1,))
-            coupling = _numpy_softmax(np.concatenate([leak, logits], -1))
-            coupling = coupling[..., 1:]
-        else:
-            coupling = _numpy_softmax(logits)
-        preactivation = np.einsum("bhwij,bhwijk->bhwjk", coupling, votes)
-        if bias is not None:
-            preactivation = preactivation + bias
-        outputs = _numpy_squash(preactivation)
-        if iteration < iterations - 1:
-            logits = logits + np.einsum("bhwijk,bhwjk->bhwij", votes, outputs)
-    return outputs
+    return references.dynamic_routing(votes, iterations, bias, leaky)[0]
 
 
 def _inputs(shape, seed=0):

@@ -7,37 +7,13 @@ from keras import ops
 
 from keras_capsules.layers import DenseCaps
 from keras_capsules.testing import TestCase
-
-
-def _numpy_squash(s):
-    squared_norm = np.sum(np.square(s), axis=-1, keepdims=True)
-    norm = np.sqrt(squared_norm)
-    return squared_norm / (1.0 + squared_norm) * s / np.where(norm > 0, norm, 1)
-
-
-def _numpy_softmax(x):
-    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
+from tests import references
 
 
 def _numpy_dense_caps(x, kernel, bias, iterations, leaky=False):
     """Eq. 2 votes, then Procedure 1 (with the official bias and leak)."""
     votes = np.einsum("bid,idjk->bijk", x, kernel)
-    logits = np.zeros(votes.shape[:-1])
-    for iteration in range(iterations):
-        if leaky:
-            leak = np.zeros(logits.shape[:-1] + (1,))
-            coupling = _numpy_softmax(np.concatenate([leak, logits], -1))
-            coupling = coupling[..., 1:]
-        else:
-            coupling = _numpy_softmax(logits)
-        preactivation = np.einsum("bij,bijk->bjk", coupling, votes)
-        if bias is not None:
-            preactivation = preactivation + bias
-        outputs = _numpy_squash(preactivation)
-        if iteration < iterations - 1:
-            logits = logits + np.einsum("bijk,bjk->bij", votes, outputs)
-    return outputs
+    return references.dynamic_routing(votes, iterations, bias, leaky)[0]
 
 
 def _inputs(shape, seed=0):

@@ -7,40 +7,12 @@ from keras import ops
 
 from keras_capsules.layers import PrimaryCaps
 from keras_capsules.testing import TestCase
-
-
-def _numpy_conv2d(x, kernel, strides, padding):
-    """Cross-correlation with TensorFlow's "valid"/"same" conventions."""
-    (kernel_h, kernel_w), (stride_h, stride_w) = kernel.shape[:2], strides
-    if padding == "same":
-        pads = []
-        for size, k, s in zip(x.shape[1:3], (kernel_h, kernel_w), strides):
-            total = max((-(-size // s) - 1) * s + k - size, 0)
-            pads.append((total // 2, total - total // 2))
-        x = np.pad(x, [(0, 0), pads[0], pads[1], (0, 0)])
-    out_h = (x.shape[1] - kernel_h) // stride_h + 1
-    out_w = (x.shape[2] - kernel_w) // stride_w + 1
-    out = np.zeros((x.shape[0], out_h, out_w, kernel.shape[-1]))
-    for row in range(out_h):
-        for col in range(out_w):
-            window = x[
-                :,
-                row * stride_h : row * stride_h + kernel_h,
-                col * stride_w : col * stride_w + kernel_w,
-            ]
-            out[:, row, col] = np.einsum("bhwc,hwcf->bf", window, kernel)
-    return out
-
-
-def _numpy_squash(s):
-    squared_norm = np.sum(np.square(s), axis=-1, keepdims=True)
-    norm = np.sqrt(squared_norm)
-    return squared_norm / (1.0 + squared_norm) * s / np.where(norm > 0, norm, 1)
+from tests import references
 
 
 def _numpy_primary_caps(x, kernel, bias, capsule_dim, strides, padding):
-    features = _numpy_conv2d(x, kernel, strides, padding) + bias
-    return _numpy_squash(features.reshape(x.shape[0], -1, capsule_dim))
+    features = references.conv2d(x, kernel, strides, padding) + bias
+    return references.squash(features.reshape(x.shape[0], -1, capsule_dim))
 
 
 def _inputs(shape, seed=0):
@@ -109,7 +81,7 @@ class PrimaryCapsTest(TestCase):
         bias = np.arange(1.0, 7.0, dtype="float32")
         layer.bias.assign(bias)
         outputs = ops.convert_to_numpy(layer(np.zeros((1, 2, 2, 1), "float32")))
-        expected = _numpy_squash(bias.reshape(2, 3))
+        expected = references.squash(bias.reshape(2, 3))
         self.assertAllClose(outputs[0], np.tile(expected, (4, 1)), atol=1e-6)
 
     def test_paper_configuration(self):

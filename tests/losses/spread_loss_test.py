@@ -6,27 +6,7 @@ from keras import ops
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.losses import spread_loss
 from keras_capsules.testing import TestCase
-
-
-def _numpy_spread_loss(
-    y_true, y_pred, margin=0.2, reduction_over_classes="sum"
-):
-    """Eq. 3 of Hinton et al. (2018), one wrong class at a time."""
-    y_true = np.asarray(y_true, "float64")
-    y_pred = np.asarray(y_pred, "float64")
-    losses = []
-    for labels, activations in zip(y_true, y_pred):
-        target = int(np.argmax(labels))
-        terms = [
-            max(0.0, margin - (activations[target] - activations[i])) ** 2
-            for i in range(len(activations))
-            if i != target
-        ]
-        total = sum(terms)
-        if reduction_over_classes == "mean":
-            total /= len(activations)
-        losses.append(total)
-    return np.array(losses)
+from tests import references
 
 
 def _numpy_official_order_loss(labels, logits, margin):
@@ -62,7 +42,7 @@ class SpreadLossFunctionTest(TestCase):
         y_true, y_pred = _data()
         self.assertAllClose(
             spread_loss(y_true, y_pred, **kwargs),
-            _numpy_spread_loss(y_true, y_pred, **kwargs),
+            references.spread_loss(y_true, y_pred, **kwargs),
             atol=1e-6,
         )
 
@@ -108,7 +88,7 @@ class SpreadLossFunctionTest(TestCase):
 
     def test_margin_as_tensor_and_variable(self):
         y_true, y_pred = _data()
-        expected = _numpy_spread_loss(y_true, y_pred, margin=0.4)
+        expected = references.spread_loss(y_true, y_pred, margin=0.4)
         self.assertAllClose(
             spread_loss(y_true, y_pred, margin=ops.convert_to_tensor(0.4)),
             expected,
@@ -136,7 +116,7 @@ class SpreadLossFunctionTest(TestCase):
         )
         self.assertAllClose(
             value,
-            _numpy_spread_loss(y_true, rounded, margin=0.9),
+            references.spread_loss(y_true, rounded, margin=0.9),
             atol=1e-5,
         )
 
@@ -146,7 +126,7 @@ class SpreadLossFunctionTest(TestCase):
         value = spread_loss(y_true, y_pred, margin=0.9)
         self.assertAllFinite(value)
         self.assertAllClose(
-            value, _numpy_spread_loss(y_true, y_pred, 0.9), rtol=1e-6
+            value, references.spread_loss(y_true, y_pred, 0.9), rtol=1e-6
         )
 
     def test_rejects_non_numeric_margin(self):
@@ -193,7 +173,7 @@ class SpreadLossTest(TestCase):
             SpreadLoss(margin=0.5),
             y_true,
             y_pred,
-            expected=_numpy_spread_loss(y_true, y_pred, 0.5).mean(),
+            expected=references.spread_loss(y_true, y_pred, 0.5).mean(),
         )
 
     def test_mean_over_classes_config(self):
@@ -210,7 +190,7 @@ class SpreadLossTest(TestCase):
         self.assertEqual(config["name"], "spread")
         self.assertAllClose(
             loss(y_true, y_pred),
-            _numpy_spread_loss(y_true, y_pred, 0.3, "mean").sum(),
+            references.spread_loss(y_true, y_pred, 0.3, "mean").sum(),
             atol=1e-5,
         )
 
@@ -227,7 +207,7 @@ class SpreadLossTest(TestCase):
         loss.margin.assign(0.9)
         self.assertAllClose(
             loss(y_true, y_pred),
-            _numpy_spread_loss(y_true, y_pred, 0.9).mean(),
+            references.spread_loss(y_true, y_pred, 0.9).mean(),
             atol=1e-6,
         )
         self.assertEqual(loss.get_config()["margin"], 0.9)

@@ -15,6 +15,7 @@ from keras_capsules.layers import PrimaryCaps
 from keras_capsules.losses import MarginLoss
 from keras_capsules.models import CapsNet
 from keras_capsules.testing import TestCase
+from tests import references
 
 # Small enough to compile and train in seconds on any backend, with every
 # size different from the others so that shape mix-ups fail.
@@ -45,12 +46,6 @@ def _data(batch=8, seed=0):
 
 def _numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x), dtype="float64")
-
-
-def _numpy_margin_loss(y_true, lengths):
-    present = y_true * np.maximum(0.0, 0.9 - lengths) ** 2
-    absent = 0.5 * (1 - y_true) * np.maximum(0.0, lengths - 0.1) ** 2
-    return (present + absent).sum(-1)
 
 
 class CapsNetTest(TestCase):
@@ -125,7 +120,8 @@ class CapsNetTest(TestCase):
         lengths = _numpy(model.predict(x, verbose=0))
         errors = ((_numpy(model.reconstruct(x, y)) - x) ** 2).reshape(4, -1)
         expected = np.mean(
-            weights * (_numpy_margin_loss(y, lengths) + 0.01 * errors.sum(-1))
+            weights
+            * (references.margin_loss(y, lengths) + 0.01 * errors.sum(-1))
         )
         loss = model.compute_loss(
             x=keras.ops.convert_to_tensor(x),
@@ -217,7 +213,7 @@ class CapsNetTest(TestCase):
             y_pred=keras.ops.convert_to_tensor(lengths.astype("float32")),
         )
         self.assertAllClose(
-            loss, np.mean(_numpy_margin_loss(y, lengths)), atol=1e-6
+            loss, np.mean(references.margin_loss(y, lengths)), atol=1e-6
         )
         history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
         self.assertNotIn("reconstruction_loss", history.history)

@@ -12,6 +12,7 @@ from keras_capsules.layers import PrimaryMatrixCaps
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models import MatrixCapsNet
 from keras_capsules.testing import TestCase
+from tests import references
 
 # One tiny configuration everywhere (the "tiny" preset's sizes): on JAX
 # every new weight shape costs an XLA compilation of its initializer.
@@ -28,13 +29,6 @@ def _data(batch=8, seed=0):
     x = rng.uniform(0.0, 1.0, size=(batch,) + _TINY["input_shape"])
     y = np.eye(5, dtype="float32")[np.arange(batch) % 5]
     return x.astype("float32"), y
-
-
-def _numpy_spread_loss(y_true, y_pred, margin):
-    """Eq. 3 of Hinton et al. (2018), summed over the wrong classes."""
-    target = (y_true * y_pred).sum(-1, keepdims=True)
-    hinge = np.maximum(0.0, margin - (target - y_pred)) ** 2
-    return ((1 - y_true) * hinge).sum(-1)
 
 
 class MatrixCapsNetTest(TestCase):
@@ -170,7 +164,7 @@ class MatrixCapsNetTest(TestCase):
         )
         self.assertAllClose(
             history.history["loss"][0],
-            _numpy_spread_loss(y, activations, 0.5).mean() + weight_decay,
+            references.spread_loss(y, activations, 0.5).mean() + weight_decay,
             atol=1e-5,
         )
         self.assertTrue(np.all(np.isfinite(history.history["loss"])))

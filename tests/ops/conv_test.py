@@ -3,26 +3,7 @@ from absl.testing import parameterized
 
 import keras_capsules
 from keras_capsules.testing import TestCase
-
-
-def numpy_conv2d(x, kernel, strides, padding):
-    """Direct definition: out[o] = sum_t x[s * o + t] w[t] (valid)."""
-    kh, kw = kernel.shape[:2]
-    sh, sw = strides
-    if padding == "same":
-        pads = []
-        for size, k, s in zip(x.shape[1:3], (kh, kw), strides):
-            total = max((-(-size // s) - 1) * s + k - size, 0)
-            pads.append((total // 2, total - total // 2))
-        x = np.pad(x, [(0, 0), pads[0], pads[1], (0, 0)])
-    out_h = (x.shape[1] - kh) // sh + 1
-    out_w = (x.shape[2] - kw) // sw + 1
-    out = np.zeros((x.shape[0], out_h, out_w, kernel.shape[-1]))
-    for i in range(out_h):
-        for j in range(out_w):
-            patch = x[:, i * sh : i * sh + kh, j * sw : j * sw + kw, :]
-            out[:, i, j] = np.einsum("bhwc,hwcf->bf", patch, kernel)
-    return out
+from tests import references
 
 
 class Conv2DTest(TestCase):
@@ -41,7 +22,7 @@ class Conv2DTest(TestCase):
         got = keras_capsules.ops.conv2d(x, kernel, strides, padding)
         self.assertAllClose(
             got,
-            numpy_conv2d(x, kernel, strides, padding),
+            references.conv2d(x, kernel, strides, padding),
             atol=1e-4,
             rtol=1e-4,
         )

@@ -5,41 +5,7 @@ from keras import ops
 
 from keras_capsules.ops import dynamic_routing
 from keras_capsules.testing import TestCase
-
-
-def _numpy_squash(s):
-    squared_norm = np.sum(np.square(s), axis=-1, keepdims=True)
-    norm = np.sqrt(squared_norm)
-    return squared_norm / (1.0 + squared_norm) * s / np.where(norm > 0, norm, 1)
-
-
-def _numpy_softmax(x):
-    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
-
-
-def _numpy_dynamic_routing(votes, iterations, bias=None, leaky=False):
-    """Procedure 1 of Sabour et al. 2017, with the official code's options.
-
-    Returns the output capsules and the last coupling coefficients.
-    """
-    votes = np.asarray(votes, dtype="float64")
-    logits = np.zeros(votes.shape[:-1])
-    for iteration in range(iterations):
-        if leaky:
-            padded = np.concatenate(
-                [np.zeros(logits.shape[:-1] + (1,)), logits], axis=-1
-            )
-            coupling = _numpy_softmax(padded)[..., 1:]
-        else:
-            coupling = _numpy_softmax(logits)
-        preactivation = np.sum(coupling[..., None] * votes, axis=-3)
-        if bias is not None:
-            preactivation = preactivation + bias
-        outputs = _numpy_squash(preactivation)
-        if iteration < iterations - 1:
-            logits = logits + np.sum(votes * outputs[..., None, :, :], -1)
-    return outputs, coupling
+from tests import references
 
 
 def _random_votes(shape, scale=1.0, seed=0):
@@ -112,7 +78,9 @@ class DynamicRoutingTest(TestCase):
     )
     def test_matches_procedure_1(self, shape, iterations):
         votes = _random_votes(shape)
-        expected, expected_coupling = _numpy_dynamic_routing(votes, iterations)
+        expected, expected_coupling = references.dynamic_routing(
+            votes, iterations
+        )
         outputs, coupling = dynamic_routing(
             votes, iterations=iterations, return_coupling=True
         )
@@ -128,14 +96,14 @@ class DynamicRoutingTest(TestCase):
         )
         self.assertAllClose(coupling, np.full((2, 5, 4), 0.25))
         self.assertAllClose(
-            outputs, _numpy_squash(votes.sum(axis=1) / 4.0), atol=1e-6
+            outputs, references.squash(votes.sum(axis=1) / 4.0), atol=1e-6
         )
 
     def test_default_is_three_iterations(self):
         votes = _random_votes((2, 5, 4, 3))
         self.assertAllClose(
             dynamic_routing(votes),
-            _numpy_dynamic_routing(votes, 3)[0],
+            references.dynamic_routing(votes, 3)[0],
             atol=1e-5,
             rtol=1e-5,
         )
@@ -164,7 +132,7 @@ class DynamicRoutingTest(TestCase):
         votes = _random_votes((2, 5, 4, 3))
         bias = np.full(bias_shape, 0.1, dtype="float32")
         bias = bias + _random_votes(bias_shape, scale=0.05, seed=1)
-        expected, expected_coupling = _numpy_dynamic_routing(
+        expected, expected_coupling = references.dynamic_routing(
             votes, 3, bias=bias
         )
         outputs, coupling = dynamic_routing(
@@ -173,13 +141,13 @@ class DynamicRoutingTest(TestCase):
         self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
         self.assertAllClose(coupling, expected_coupling, atol=1e-5, rtol=1e-5)
         self.assertFalse(
-            np.allclose(expected, _numpy_dynamic_routing(votes, 3)[0])
+            np.allclose(expected, references.dynamic_routing(votes, 3)[0])
         )
 
     @parameterized.named_parameters(("1_iteration", 1), ("3_iterations", 3))
     def test_leaky_matches_reference(self, iterations):
         votes = _random_votes((2, 3, 5, 4, 3))
-        expected, expected_coupling = _numpy_dynamic_routing(
+        expected, expected_coupling = references.dynamic_routing(
             votes, iterations, leaky=True
         )
         outputs, coupling = dynamic_routing(
@@ -195,7 +163,9 @@ class DynamicRoutingTest(TestCase):
     def test_leaky_with_bias_matches_reference(self):
         votes = _random_votes((2, 5, 4, 3))
         bias = np.full((4, 3), 0.1, dtype="float32")
-        expected, _ = _numpy_dynamic_routing(votes, 3, bias=bias, leaky=True)
+        expected, _ = references.dynamic_routing(
+            votes, 3, bias=bias, leaky=True
+        )
         outputs = dynamic_routing(votes, bias=bias, leaky=True)
         self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
 
@@ -245,7 +215,7 @@ class DynamicRoutingTest(TestCase):
         self.assertAllFinite([outputs, coupling])
         lengths = np.linalg.norm(ops.convert_to_numpy(outputs), axis=-1)
         self.assertTrue(np.all(lengths <= 1.0 + 1e-6))
-        expected, expected_coupling = _numpy_dynamic_routing(
+        expected, expected_coupling = references.dynamic_routing(
             votes, 3, leaky=leaky
         )
         # Votes of 1e4 give logits of ~1e5, where float32 rounding may move
@@ -285,7 +255,7 @@ class DynamicRoutingTest(TestCase):
             )
         outputs = ops.cast(outputs, "float32")
         self.assertAllFinite(outputs)
-        expected, _ = _numpy_dynamic_routing(
+        expected, _ = references.dynamic_routing(
             ops.convert_to_numpy(ops.cast(ops.cast(votes, dtype), "float32")),
             3,
         )

@@ -5,15 +5,7 @@ from keras import ops
 
 from keras_capsules.ops import squash
 from keras_capsules.testing import TestCase
-
-
-def _numpy_squash(s, axis=-1, offset=1.0):
-    """Eq. 1 of Sabour et al. 2017, exactly, with v = 0 at s = 0."""
-    s = np.asarray(s, dtype="float64")
-    squared_norm = np.sum(np.square(s), axis=axis, keepdims=True)
-    norm = np.sqrt(squared_norm)
-    safe_norm = np.where(norm > 0, norm, 1.0)
-    return squared_norm / (offset + squared_norm) * s / safe_norm
+from tests import references
 
 
 class _SquashedWeight(keras.layers.Layer):
@@ -60,7 +52,7 @@ class SquashTest(TestCase):
         # Scales from tiny to large lengths exercise both ends of the curve.
         x = rng.standard_normal(shape) * rng.choice([1e-2, 1.0, 10.0], shape)
         x = x.astype("float32")
-        expected = _numpy_squash(x, axis=axis, offset=offset)
+        expected = references.squash(x, axis=axis, offset=offset)
         output = squash(x, axis=axis, offset=offset)
         self.assertEqual(tuple(output.shape), shape)
         self.assertAllClose(output, expected, atol=1e-6, rtol=1e-5)
