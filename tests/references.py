@@ -1,8 +1,9 @@
 """NumPy references written from the papers' equations, shared by the tests.
 
-Each is the plain definition, in float64, with no concern for speed or
-numerical safety beyond what the definition needs: the library is tested
-against these, so they must stay obviously correct.
+Each is the plain definition (loops where they read more clearly), with no
+concern for speed or numerical safety beyond what the definition needs: the
+library is tested against these, so they must stay obviously correct. One
+module, so that no test carries its own copy.
 """
 
 import numpy as np
@@ -113,3 +114,214 @@ def spread_loss(y_true, y_pred, margin=0.2, reduction_over_classes="sum"):
             total /= len(activations)
         losses.append(total)
     return np.array(losses)
+
+
+_LOG_2PI = np.log(2.0 * np.pi)
+
+
+def em_routing(
+    votes,
+    activations,
+    connected,
+    beta_v,
+    beta_a,
+    iterations,
+    final_lambda=0.01,
+    min_variance=5e-4,
+    epsilon=1e-7,
+    mode="official",
+    parent_types=None,
+):
+    """EM routing from the equations, one parent at a time.
+
+    `votes` is `(batch, children, parents, D)`, `activations` `(batch,
+    children)` and `connected` a `(children, parents)` 0/1 matrix of which
+    child feeds which parent (all ones for the dense case). By default a
+    child's assignments start uniform over its parents and are normalised
+    over all of them. With `parent_types` (the output type of every
+    parent), they start at `1 / num_types` for every parent and are
+    normalised over the parents of each type separately: the official
+    convolutional E-step.
+    """
+    votes = votes.astype("float64")
+    activations = activations.astype("float64")
+    batch, num_children, num_parents, dim = votes.shape
+    if parent_types is None:
+        groups = [np.ones(num_parents, bool)]
+        fan_out = np.maximum(connected.sum(axis=1, keepdims=True), 1)
+    else:
+        groups = [parent_types == t for t in range(parent_types.max() + 1)]
+        fan_out = len(groups)
+    r = np.broadcast_to(connected / fan_out, (batch,) + connected.shape)
+    previous_mean = np.zeros((batch, num_parents, dim))
+    for iteration in range(iterations):
+        if mode == "official":
+            lam = final_lambda * (1 - 0.95 ** (iteration + 1))
+        else:
+            lam = final_lambda * (iteration + 1) / iterations
+        mean = np.zeros((batch, num_parents, dim))
+        variance = np.zeros((batch, num_parents, dim))
+        logit = np.zeros((batch, num_parents))
+        for j in range(num_parents):
+            weight = r[:, :, j] * activations * connected[:, j]
+            mass = weight.sum(axis=1) + epsilon
+            mu = np.einsum("bi,bih->bh", weight, votes[:, :, j])
+            mu = mu / mass[:, None]
+            if mode == "official":
+                mu = 0.9 * mu + 0.1 * previous_mean[:, j]
+            deviation = votes[:, :, j] - mu[:, None]
+            var = (
+                min_variance
+                + np.einsum("bi,bih->bh", weight, deviation**2)
+                / (mass[:, None])
+            )
+            if mode == "official":
+                logit[:, j] = lam * (
+                    mass
+                    * (
+                        -np.log(var).sum(axis=1)
+                        - beta_v[j] * dim * (_LOG_2PI + 1)
+                    )
+                    - 5000 * beta_a[j]
+                )
+            else:
+                cost = (beta_v[j] + np.log(np.sqrt(var))) * mass[:, None]
+                logit[:, j] = lam * (beta_a[j] - cost.sum(axis=1))
+            mean[:, j], variance[:, j] = mu, var
+        previous_mean = mean
+        if iteration == iterations - 1:
+            break
+        parent_activation = 1.0 / (1.0 + np.exp(-logit))
+        log_p = np.zeros((batch, num_children, num_parents))
+        for j in range(num_parents):
+            deviation = votes[:, :, j] - mean[:, None, j]
+            log_gauss = -0.5 * (
+                _LOG_2PI + np.log(variance[:, None, j])
+            ) - deviation**2 / (2 * variance[:, None, j])
+            log_p[:, :, j] = np.log(parent_activation[:, None, j]) + (
+                log_gauss.sum(axis=-1)
+            )
+        log_p = np.where(connected > 0, log_p, -np.inf)
+        r = np.zeros_like(log_p)
+        for group in groups:
+            part = log_p[..., group]
+            top = part.max(axis=-1, keepdims=True)
+            part = np.exp(part - np.where(np.isfinite(top), top, 0.0))
+            r[..., group] = part / np.maximum(
+                part.sum(axis=-1, keepdims=True), 1e-300
+            )
+    return mean, 1.0 / (1.0 + np.exp(-logit)), r
+
+
+def _axis_geometry(size, kernel, stride, padding):
+    """Output size and leading pad of one axis (TensorFlow "same")."""
+    if padding == "same":
+        out = -(-size // stride)
+        return out, max((out - 1) * stride + kernel - size, 0) // 2
+    return (size - kernel) // stride + 1, 0
+
+
+def extract_patches(x, kernel_size, strides, padding):
+    batch, height, width = x.shape[:3]
+    out_h, top = _axis_geometry(height, kernel_size[0], strides[0], padding)
+    out_w, left = _axis_geometry(width, kernel_size[1], strides[1], padding)
+    out = np.zeros((batch, out_h, out_w) + kernel_size + x.shape[3:])
+    for i in range(out_h):
+        for j in range(out_w):
+            for u in range(kernel_size[0]):
+                for v in range(kernel_size[1]):
+                    row = i * strides[0] + u - top
+                    col = j * strides[1] + v - left
+                    if 0 <= row < height and 0 <= col < width:
+                        out[:, i, j, u, v] = x[:, row, col]
+    return out
+
+
+def fold_patches(patches, grid_size, strides, padding, reduction):
+    batch, out_h, out_w, kernel_h, kernel_w = patches.shape[:5]
+    _, top = _axis_geometry(grid_size[0], kernel_h, strides[0], padding)
+    _, left = _axis_geometry(grid_size[1], kernel_w, strides[1], padding)
+    shape = (batch,) + tuple(grid_size) + patches.shape[5:]
+    out = np.full(shape, -np.inf if reduction == "max" else 0.0)
+    for i in range(out_h):
+        for j in range(out_w):
+            for u in range(kernel_h):
+                for v in range(kernel_w):
+                    row = i * strides[0] + u - top
+                    col = j * strides[1] + v - left
+                    if 0 <= row < grid_size[0] and 0 <= col < grid_size[1]:
+                        entry = patches[:, i, j, u, v]
+                        if reduction == "max":
+                            out[:, row, col] = np.maximum(
+                                out[:, row, col], entry
+                            )
+                        else:
+                            out[:, row, col] += entry
+    return np.where(np.isinf(out), 0.0, out)
+
+
+def add_coordinates(votes, placement, scale):
+    votes = np.array(votes, dtype="float64")
+    height, width = votes.shape[1:3]
+    pose_w = votes.shape[-1]
+    for i in range(height):
+        for j in range(width):
+            if scale is None:
+                row, col = (i + 0.5) / height, (j + 0.5) / width
+            else:
+                row, col = (i + 0.5) * scale, (j + 0.5) * scale
+            if placement == "official":
+                votes[:, i, j, ..., 0, 0] += row
+                votes[:, i, j, ..., 0, 1] += col
+            else:
+                votes[:, i, j, ..., 0, pose_w - 1] += row
+                votes[:, i, j, ..., 1, pose_w - 1] += col
+    return votes
+
+
+def em_conv_votes(poses, kernel, kernel_size, strides):
+    """V = M W for every window entry, by explicit loops (valid padding)."""
+    batch, height, width, num_in = poses.shape[:4]
+    num_out = kernel.shape[3]
+    out_h = (height - kernel_size) // strides + 1
+    out_w = (width - kernel_size) // strides + 1
+    votes = np.zeros(
+        (batch, out_h, out_w, kernel_size, kernel_size, num_in, num_out, 4, 4)
+    )
+    for i in range(out_h):
+        for j in range(out_w):
+            for u in range(kernel_size):
+                for v in range(kernel_size):
+                    for c in range(num_in):
+                        for d in range(num_out):
+                            pose = poses[:, i * strides + u, j * strides + v, c]
+                            votes[:, i, j, u, v, c, d] = (
+                                pose @ kernel[u, v, c, d]
+                            )
+    return votes.reshape(
+        batch, out_h, out_w, kernel_size * kernel_size * num_in, num_out, 16
+    )
+
+
+def em_class_votes(poses, kernel, placement, scale):
+    """V = M W per (position, input type, class) plus the coordinates."""
+    batch, height, width, num_in = poses.shape[:4]
+    num_classes = kernel.shape[1]
+    votes = np.zeros((batch, height, width, num_in, num_classes, 4, 4))
+    for i in range(height):
+        for j in range(width):
+            if scale is None:
+                row, col = (i + 0.5) / height, (j + 0.5) / width
+            else:
+                row, col = (i + 0.5) * scale, (j + 0.5) * scale
+            for c in range(num_in):
+                for d in range(num_classes):
+                    vote = poses[:, i, j, c] @ kernel[c, d]
+                    if placement == "official":
+                        vote[:, 0, 0] += row
+                        vote[:, 0, 1] += col
+                    elif placement == "paper":
+                        vote[:, 0, 3] += row
+                        vote[:, 1, 3] += col
+                    votes[:, i, j, c, d] = vote
+    return votes.reshape(batch, height * width * num_in, num_classes, 16)

@@ -9,6 +9,7 @@ from keras_capsules.layers import EMClassCaps
 from keras_capsules.layers import EMConvCaps
 from keras_capsules.layers import PrimaryMatrixCaps
 from keras_capsules.testing import TestCase
+from tests import references
 
 
 def _capsules(shape, seed=0):
@@ -17,30 +18,6 @@ def _capsules(shape, seed=0):
         rng.normal(size=shape + (4, 4)).astype("float32"),
         rng.uniform(size=shape).astype("float32"),
     ]
-
-
-def _numpy_class_votes(poses, kernel, placement, scale):
-    """V = M W per (position, input type, class) plus the coordinates."""
-    batch, height, width, num_in = poses.shape[:4]
-    num_classes = kernel.shape[1]
-    votes = np.zeros((batch, height, width, num_in, num_classes, 4, 4))
-    for i in range(height):
-        for j in range(width):
-            if scale is None:
-                row, col = (i + 0.5) / height, (j + 0.5) / width
-            else:
-                row, col = (i + 0.5) * scale, (j + 0.5) * scale
-            for c in range(num_in):
-                for d in range(num_classes):
-                    vote = poses[:, i, j, c] @ kernel[c, d]
-                    if placement == "official":
-                        vote[:, 0, 0] += row
-                        vote[:, 0, 1] += col
-                    elif placement == "paper":
-                        vote[:, 0, 3] += row
-                        vote[:, 1, 3] += col
-                    votes[:, i, j, c, d] = vote
-    return votes.reshape(batch, height * width * num_in, num_classes, 16)
 
 
 class EMClassCapsTest(TestCase):
@@ -78,7 +55,7 @@ class EMClassCapsTest(TestCase):
             kwargs["coordinate_placement"] = placement
         layer = EMClassCaps(**kwargs)
         poses, activations = layer(inputs)
-        votes = _numpy_class_votes(
+        votes = references.em_class_votes(
             inputs[0],
             keras.ops.convert_to_numpy(layer.kernel),
             placement if addition else None,

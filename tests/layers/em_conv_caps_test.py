@@ -5,6 +5,7 @@ from absl.testing import parameterized
 from keras_capsules import ops as capsule_ops
 from keras_capsules.layers import EMConvCaps
 from keras_capsules.testing import TestCase
+from tests import references
 
 
 def _capsules(shape, seed=0, scale=1.0):
@@ -12,30 +13,6 @@ def _capsules(shape, seed=0, scale=1.0):
     poses = scale * rng.normal(size=shape + (4, 4))
     activations = rng.uniform(size=shape)
     return [poses.astype("float32"), activations.astype("float32")]
-
-
-def _numpy_votes(poses, kernel, kernel_size, strides):
-    """V = M W for every window entry, by explicit loops (valid padding)."""
-    batch, height, width, num_in = poses.shape[:4]
-    num_out = kernel.shape[3]
-    out_h = (height - kernel_size) // strides + 1
-    out_w = (width - kernel_size) // strides + 1
-    votes = np.zeros(
-        (batch, out_h, out_w, kernel_size, kernel_size, num_in, num_out, 4, 4)
-    )
-    for i in range(out_h):
-        for j in range(out_w):
-            for u in range(kernel_size):
-                for v in range(kernel_size):
-                    for c in range(num_in):
-                        for d in range(num_out):
-                            pose = poses[:, i * strides + u, j * strides + v, c]
-                            votes[:, i, j, u, v, c, d] = (
-                                pose @ kernel[u, v, c, d]
-                            )
-    return votes.reshape(
-        batch, out_h, out_w, kernel_size * kernel_size * num_in, num_out, 16
-    )
 
 
 class EMConvCapsTest(TestCase):
@@ -95,7 +72,7 @@ class EMConvCapsTest(TestCase):
         )
         poses, activations = layer(inputs)
         kernel = keras.ops.convert_to_numpy(layer.kernel)
-        votes = _numpy_votes(inputs[0], kernel, 3, 2)
+        votes = references.em_conv_votes(inputs[0], kernel, 3, 2)
         expected = capsule_ops.em_conv_routing(
             votes.astype("float32"),
             inputs[1],

@@ -6,102 +6,7 @@ from keras_capsules import ops as capsule_ops
 from keras_capsules._validation import patch_geometry
 from keras_capsules.ops import em
 from keras_capsules.testing import TestCase
-
-_LOG_2PI = np.log(2.0 * np.pi)
-
-
-def _numpy_em(
-    votes,
-    activations,
-    connected,
-    beta_v,
-    beta_a,
-    iterations,
-    final_lambda=0.01,
-    min_variance=5e-4,
-    epsilon=1e-7,
-    mode="official",
-    parent_types=None,
-):
-    """EM routing from the equations, one parent at a time.
-
-    `votes` is `(batch, children, parents, D)`, `activations` `(batch,
-    children)` and `connected` a `(children, parents)` 0/1 matrix of which
-    child feeds which parent (all ones for the dense case). By default a
-    child's assignments start uniform over its parents and are normalised
-    over all of them. With `parent_types` (the output type of every
-    parent), they start at `1 / num_types` for every parent and are
-    normalised over the parents of each type separately: the official
-    convolutional E-step.
-    """
-    votes = votes.astype("float64")
-    activations = activations.astype("float64")
-    batch, num_children, num_parents, dim = votes.shape
-    if parent_types is None:
-        groups = [np.ones(num_parents, bool)]
-        fan_out = np.maximum(connected.sum(axis=1, keepdims=True), 1)
-    else:
-        groups = [parent_types == t for t in range(parent_types.max() + 1)]
-        fan_out = len(groups)
-    r = np.broadcast_to(connected / fan_out, (batch,) + connected.shape)
-    previous_mean = np.zeros((batch, num_parents, dim))
-    for iteration in range(iterations):
-        if mode == "official":
-            lam = final_lambda * (1 - 0.95 ** (iteration + 1))
-        else:
-            lam = final_lambda * (iteration + 1) / iterations
-        mean = np.zeros((batch, num_parents, dim))
-        variance = np.zeros((batch, num_parents, dim))
-        logit = np.zeros((batch, num_parents))
-        for j in range(num_parents):
-            weight = r[:, :, j] * activations * connected[:, j]
-            mass = weight.sum(axis=1) + epsilon
-            mu = np.einsum("bi,bih->bh", weight, votes[:, :, j])
-            mu = mu / mass[:, None]
-            if mode == "official":
-                mu = 0.9 * mu + 0.1 * previous_mean[:, j]
-            deviation = votes[:, :, j] - mu[:, None]
-            var = (
-                min_variance
-                + np.einsum("bi,bih->bh", weight, deviation**2)
-                / (mass[:, None])
-            )
-            if mode == "official":
-                logit[:, j] = lam * (
-                    mass
-                    * (
-                        -np.log(var).sum(axis=1)
-                        - beta_v[j] * dim * (_LOG_2PI + 1)
-                    )
-                    - 5000 * beta_a[j]
-                )
-            else:
-                cost = (beta_v[j] + np.log(np.sqrt(var))) * mass[:, None]
-                logit[:, j] = lam * (beta_a[j] - cost.sum(axis=1))
-            mean[:, j], variance[:, j] = mu, var
-        previous_mean = mean
-        if iteration == iterations - 1:
-            break
-        parent_activation = 1.0 / (1.0 + np.exp(-logit))
-        log_p = np.zeros((batch, num_children, num_parents))
-        for j in range(num_parents):
-            deviation = votes[:, :, j] - mean[:, None, j]
-            log_gauss = -0.5 * (
-                _LOG_2PI + np.log(variance[:, None, j])
-            ) - deviation**2 / (2 * variance[:, None, j])
-            log_p[:, :, j] = np.log(parent_activation[:, None, j]) + (
-                log_gauss.sum(axis=-1)
-            )
-        log_p = np.where(connected > 0, log_p, -np.inf)
-        r = np.zeros_like(log_p)
-        for group in groups:
-            part = log_p[..., group]
-            top = part.max(axis=-1, keepdims=True)
-            part = np.exp(part - np.where(np.isfinite(top), top, 0.0))
-            r[..., group] = part / np.maximum(
-                part.sum(axis=-1, keepdims=True), 1e-300
-            )
-    return mean, 1.0 / (1.0 + np.exp(-logit)), r
+from tests import references
 
 
 def _conv_connectivity(grid, num_in, kernel, strides, padding, num_out):
@@ -228,7 +133,7 @@ class EMRoutingTest(TestCase):
             mode=mode,
             return_assignments=True,
         )
-        expected = _numpy_em(
+        expected = references.em_routing(
             votes,
             activations,
             np.ones((6, 3)),
@@ -264,7 +169,7 @@ class EMRoutingTest(TestCase):
         )
         self.assertShapeEqual(poses.shape, leading + (4, 16))
         self.assertShapeEqual(probs.shape, leading + (4,))
-        expected = _numpy_em(
+        expected = references.em_routing(
             votes.reshape(-1, 5, 4, 16),
             activations.reshape(-1, 5),
             np.ones((5, 4)),
@@ -472,7 +377,7 @@ class EMConvRoutingTest(TestCase):
         dense_votes, connected = _dense_from_conv(
             votes, entries, num_children, out_h * out_w
         )
-        expected = _numpy_em(
+        expected = references.em_routing(
             dense_votes,
             child_activations,
             connected,

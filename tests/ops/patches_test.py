@@ -5,54 +5,7 @@ from absl.testing import parameterized
 from keras_capsules import ops as capsule_ops
 from keras_capsules.ops import patches
 from keras_capsules.testing import TestCase
-
-
-def _geometry(size, kernel, stride, padding):
-    """Output size and leading pad of one axis (TensorFlow "same")."""
-    if padding == "same":
-        out = -(-size // stride)
-        return out, max((out - 1) * stride + kernel - size, 0) // 2
-    return (size - kernel) // stride + 1, 0
-
-
-def _numpy_extract(x, kernel_size, strides, padding):
-    batch, height, width = x.shape[:3]
-    out_h, top = _geometry(height, kernel_size[0], strides[0], padding)
-    out_w, left = _geometry(width, kernel_size[1], strides[1], padding)
-    out = np.zeros((batch, out_h, out_w) + kernel_size + x.shape[3:])
-    for i in range(out_h):
-        for j in range(out_w):
-            for u in range(kernel_size[0]):
-                for v in range(kernel_size[1]):
-                    row = i * strides[0] + u - top
-                    col = j * strides[1] + v - left
-                    if 0 <= row < height and 0 <= col < width:
-                        out[:, i, j, u, v] = x[:, row, col]
-    return out
-
-
-def _numpy_fold(patches, grid_size, strides, padding, reduction):
-    batch, out_h, out_w, kernel_h, kernel_w = patches.shape[:5]
-    _, top = _geometry(grid_size[0], kernel_h, strides[0], padding)
-    _, left = _geometry(grid_size[1], kernel_w, strides[1], padding)
-    shape = (batch,) + tuple(grid_size) + patches.shape[5:]
-    out = np.full(shape, -np.inf if reduction == "max" else 0.0)
-    for i in range(out_h):
-        for j in range(out_w):
-            for u in range(kernel_h):
-                for v in range(kernel_w):
-                    row = i * strides[0] + u - top
-                    col = j * strides[1] + v - left
-                    if 0 <= row < grid_size[0] and 0 <= col < grid_size[1]:
-                        entry = patches[:, i, j, u, v]
-                        if reduction == "max":
-                            out[:, row, col] = np.maximum(
-                                out[:, row, col], entry
-                            )
-                        else:
-                            out[:, row, col] += entry
-    return np.where(np.isinf(out), 0.0, out)
-
+from tests import references
 
 _GRIDS = (
     # name, grid, kernel, strides, padding, trailing
@@ -75,7 +28,7 @@ class ExtractCapsulePatchesTest(TestCase):
         rng = np.random.default_rng(0)
         x = rng.normal(size=(2,) + grid + trailing).astype("float32")
         tiles = capsule_ops.extract_capsule_patches(x, kernel, strides, padding)
-        expected = _numpy_extract(x, kernel, strides, padding)
+        expected = references.extract_patches(x, kernel, strides, padding)
         self.assertAllClose(tiles, expected, atol=0)
 
         patches = rng.normal(size=expected.shape).astype("float32")
@@ -86,7 +39,9 @@ class ExtractCapsulePatchesTest(TestCase):
             )
             self.assertAllClose(
                 folded[reduction],
-                _numpy_fold(patches, grid, strides, padding, reduction),
+                references.fold_patches(
+                    patches, grid, strides, padding, reduction
+                ),
                 atol=1e-5,
                 msg=reduction,
             )
@@ -108,7 +63,9 @@ class ExtractCapsulePatchesTest(TestCase):
         x = rng.normal(size=(2,) + grid + (3,)).astype("float32")
         tiles = patches._tile_by_slices(x, kernel, strides, padding)
         self.assertAllClose(
-            tiles, _numpy_extract(x, kernel, strides, padding), atol=0
+            tiles,
+            references.extract_patches(x, kernel, strides, padding),
+            atol=0,
         )
 
     def test_integer_arguments_and_paper_grid(self):
@@ -174,25 +131,6 @@ class FoldCapsulePatchesTest(TestCase):
             capsule_ops.fold_capsule_patches(patches, 5, 2)
 
 
-def _numpy_add_coordinates(votes, placement, scale):
-    votes = np.array(votes, dtype="float64")
-    height, width = votes.shape[1:3]
-    pose_w = votes.shape[-1]
-    for i in range(height):
-        for j in range(width):
-            if scale is None:
-                row, col = (i + 0.5) / height, (j + 0.5) / width
-            else:
-                row, col = (i + 0.5) * scale, (j + 0.5) * scale
-            if placement == "official":
-                votes[:, i, j, ..., 0, 0] += row
-                votes[:, i, j, ..., 0, 1] += col
-            else:
-                votes[:, i, j, ..., 0, pose_w - 1] += row
-                votes[:, i, j, ..., 1, pose_w - 1] += col
-    return votes
-
-
 class CoordinateAdditionTest(TestCase):
     def test_coordinate_grid(self):
         grid = keras.ops.convert_to_numpy(capsule_ops.coordinate_grid(2, 4))
@@ -219,7 +157,9 @@ class CoordinateAdditionTest(TestCase):
         votes = votes.astype("float32")
         result = capsule_ops.add_coordinates(votes, placement, scale)
         self.assertAllClose(
-            result, _numpy_add_coordinates(votes, placement, scale), atol=1e-6
+            result,
+            references.add_coordinates(votes, placement, scale),
+            atol=1e-6,
         )
 
     def test_placements_touch_different_elements(self):
