@@ -128,10 +128,10 @@ def load_sample(split="train"):
 
     Example:
 
-    ```python
-    x, y = keras_capsules.datasets.mnist.load_sample("test")
-    x.shape, y.shape  # ((1000, 28, 28, 1), (1000, 10))
-    ```
+    >>> import keras_capsules
+    >>> x, y = keras_capsules.datasets.mnist.load_sample("test")
+    >>> x.shape, y.shape
+    ((1000, 28, 28, 1), (1000, 10))
     """
     _common.validate_split("mnist.load_sample", split)
     with np.load(_SAMPLE_PATH) as sample:

@@ -117,18 +117,20 @@ class CapsNet(keras.Model):
 
     Example:
 
-    ```python
-    import numpy as np
-    import keras_capsules
-
-    model = keras_capsules.models.CapsNet()
-    model.compile()  # Adam 1e-3 x0.96 / 2000 steps, MarginLoss, accuracy.
-    x = np.random.rand(8, 28, 28, 1).astype("float32")
-    y = np.eye(10, dtype="float32")[np.arange(8)]
-    model.fit(x, y, epochs=1, batch_size=4)
-    lengths = model.predict(x)  # (8, 10)
-    images = model.reconstruct(x)  # (8, 28, 28, 1), by predicted class
-    ```
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> # CapsNet() is the paper's network; this one is smaller, to run fast.
+    >>> model = keras_capsules.models.CapsNet(
+    ...     conv_filters=32, num_primary_capsules=8, decoder_units=(64, 128)
+    ... )
+    >>> model.compile()  # Adam 1e-3 x0.96 / 2000 steps, MarginLoss, accuracy.
+    >>> x = np.random.rand(8, 28, 28, 1).astype("float32")
+    >>> y = np.eye(10, dtype="float32")[np.arange(8)]
+    >>> history = model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    >>> model.predict(x, verbose=0).shape  # capsule lengths
+    (8, 10)
+    >>> tuple(model.reconstruct(x).shape)  # by the predicted class
+    (8, 28, 28, 1)
 
     Reference:
         - [Sabour et al., 2017](https://arxiv.org/abs/1710.09829)

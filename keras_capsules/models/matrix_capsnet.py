@@ -146,23 +146,26 @@ class MatrixCapsNet(keras.Model):
 
     Example:
 
-    ```python
-    import numpy as np
-    import keras_capsules
-
-    model = keras_capsules.models.MatrixCapsNet(
-        input_shape=(32, 32, 1), num_classes=5, A=64, B=8, C=16, D=16
-    )
-    model.compile()  # Adam 0.01 x0.96 / 20k steps, SpreadLoss, accuracy.
-    x = np.random.rand(8, 32, 32, 1).astype("float32")
-    y = np.eye(5, dtype="float32")[np.arange(8) % 5]
-    scheduler = keras_capsules.callbacks.SpreadMarginScheduler(
-        ramp_epochs=2, update_freq="epoch"
-    )
-    model.fit(x, y, epochs=2, batch_size=4, callbacks=[scheduler])
-    activations = model.predict(x)  # (8, 5)
-    poses, activations = model.class_capsules(x)  # (8, 5, 4, 4), (8, 5)
-    ```
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> # "small" and "full" are the paper's networks; "tiny" runs in seconds.
+    >>> model = keras_capsules.models.MatrixCapsNet.from_preset(
+    ...     "tiny", input_shape=(24, 24, 1), num_classes=5
+    ... )
+    >>> model.compile()  # Adam 0.01 x0.96 / 20k steps, SpreadLoss, accuracy.
+    >>> x = np.random.rand(8, 24, 24, 1).astype("float32")
+    >>> y = np.eye(5, dtype="float32")[np.arange(8) % 5]
+    >>> scheduler = keras_capsules.callbacks.SpreadMarginScheduler(
+    ...     ramp_epochs=2, update_freq="epoch"
+    ... )
+    >>> history = model.fit(
+    ...     x, y, epochs=2, batch_size=4, callbacks=[scheduler], verbose=0
+    ... )
+    >>> model.predict(x, verbose=0).shape
+    (8, 5)
+    >>> poses, activations = model.class_capsules(x)
+    >>> poses.shape, activations.shape
+    ((8, 5, 4, 4), (8, 5))
 
     Reference:
         - [Hinton et al., 2018](https://openreview.net/forum?id=HJWLfGWRb)
