@@ -1,27 +1,100 @@
-"""Private argument checks, convolution geometry and config helpers.
+"""Private argument checks, one `check_*` function per kind of argument.
 
-Ops, layers and models share these so that an argument is checked, and its
-error worded, the same way wherever it appears. Nothing here is re-exported.
+Ops, layers, losses, callbacks, models and datasets share these so that an
+argument is checked, and its error worded, the same way wherever it
+appears: a `ValueError` or `TypeError` naming the argument and what was
+expected, ending `Received: name=value`. Nothing here is re-exported.
 """
 
-import keras
+import math
+import os
+
 import numpy as np
 
 _PADDINGS = ("valid", "same")
 
 
-def check_positive_int(value, name):
+def _subject(name, owner):
+    # Layers, ops, losses and models raise from their own call, so the
+    # traceback names them; a dataset function also names itself, as its
+    # checks run inside a pipeline builder.
+    if owner is None:
+        return f"Argument {name}"
+    return f"`{owner}`: argument `{name}`"
+
+
+def _is_int(value):
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer))
+
+
+def _is_number(value):
+    return not isinstance(value, bool) and isinstance(
+        value, (int, float, np.integer, np.floating)
+    )
+
+
+def check_positive_int(value, name, owner=None):
     """Returns `value` as an int; raises unless it is a positive integer."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, np.integer))
-        or value < 1
-    ):
+    if not _is_int(value) or value < 1:
         raise ValueError(
-            f"Argument {name} must be a positive integer. "
+            f"{_subject(name, owner)} must be a positive integer. "
             f"Received: {name}={value}"
         )
     return int(value)
+
+
+def check_int(value, name, minimum=0, allow_none=False, owner=None):
+    """Returns `value` (an int `>= minimum`, or `None` where allowed)."""
+    if value is None and allow_none:
+        return None
+    if not _is_int(value) or value < minimum:
+        expected = f"an integer >= {minimum}"
+        if allow_none:
+            expected = f"None or {expected}"
+        raise ValueError(
+            f"{_subject(name, owner)} must be {expected}. "
+            f"Received: {name}={value}"
+        )
+    return int(value)
+
+
+def check_bool(value, name, allow_none=False, owner=None):
+    """Returns `value`; raises `TypeError` unless it is a bool (or None)."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, bool):
+        expected = "None or a boolean" if allow_none else "a boolean"
+        raise TypeError(
+            f"{_subject(name, owner)} must be {expected}. "
+            f"Received: {name}={value}"
+        )
+    return value
+
+
+def check_path(value, name, owner=None):
+    """Returns `value`; raises `TypeError` unless it is None or a path."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise TypeError(
+            f"{_subject(name, owner)} must be None or a path. "
+            f"Received: {name}={value}"
+        )
+    return value
+
+
+def check_non_negative_number(value, name):
+    """Returns `value`; `TypeError` unless a Python number, `ValueError`
+    unless finite and `>= 0`."""
+    if not _is_number(value):
+        raise TypeError(
+            f"Argument {name} must be a Python number. "
+            f"Received: {name}={value!r}"
+        )
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(
+            f"Argument {name} must be a finite non-negative number. "
+            f"Received: {name}={value}"
+        )
+    return value
 
 
 def check_positive_number(value, name, allow_none=False):
@@ -42,10 +115,10 @@ def check_positive_number(value, name, allow_none=False):
     return float(value)
 
 
-def check_option(value, name, options):
+def check_option(value, name, options, owner=None):
     """Returns `value`; raises unless it is one of the strings `options`."""
     if value not in options:
-        raise _option_error(value, name, options)
+        raise _option_error(value, name, options, owner)
     return value
 
 
@@ -134,81 +207,10 @@ def check_matrix_capsules_shape(input_shape, owner):
     return pose_shape, activation_shape
 
 
-def conv_output_length(size, kernel, stride, padding):
-    """Output length of a convolution along one axis (0 if none).
-
-    `"same"` follows the TensorFlow convention, `ceil(size / stride)`; an
-    unknown size stays `None`.
-    """
-    if size is None:
-        return None
-    if padding == "same":
-        return -(-size // stride)
-    return max(size - kernel, -1) // stride + 1
-
-
-def conv_output_size(spatial_shape, kernel_size, strides, padding, owner=None):
-    """Output `(height, width)` of a convolution or tiling.
-
-    Raises if the kernel leaves no output positions; a layer passes its
-    class name as `owner` for the message.
-    """
-    sizes = tuple(
-        conv_output_length(size, kernel, stride, padding)
-        for size, kernel, stride in zip(spatial_shape, kernel_size, strides)
-    )
-    if 0 in sizes:
-        if owner is None:
-            where = (
-                f"A kernel_size of {tuple(kernel_size)} leaves no output "
-                f"positions on a grid of size {tuple(spatial_shape)}"
-            )
-        else:
-            where = (
-                f"The kernel_size of {owner} leaves no output positions on "
-                f"an input of height and width {tuple(spatial_shape)}"
-            )
-        raise ValueError(
-            f'{where} with padding="valid". Use a smaller kernel_size or '
-            f'padding="same". Received: kernel_size={tuple(kernel_size)}'
-        )
-    return sizes
-
-
-def patch_geometry(grid_size, kernel_size, strides, padding):
-    """Output size and `(top, bottom, left, right)` padding of a tiling.
-
-    `"same"` pads as TensorFlow does: the odd row or column at the end.
-    """
-    out = conv_output_size(grid_size, kernel_size, strides, padding)
-    pads = []
-    for size, count, kernel, stride in zip(
-        grid_size, out, kernel_size, strides
-    ):
-        total = 0
-        if padding == "same":
-            total = max((count - 1) * stride + kernel - size, 0)
-        pads += [total // 2, total - total // 2]
-    return out, tuple(pads)
-
-
-def serialize_objects(layer, *names):
-    """Serializes the initializer, regularizer and constraint attributes.
-
-    Returns the `get_config` entries `{name: serialized layer.<name>}`.
-    `keras.initializers.serialize`, `keras.regularizers.serialize` and
-    `keras.constraints.serialize` all are `serialize_keras_object`.
-    """
-    return {
-        name: keras.saving.serialize_keras_object(getattr(layer, name))
-        for name in names
-    }
-
-
-def _option_error(value, name, options):
+def _option_error(value, name, options, owner=None):
     expected = " or ".join(f'"{option}"' for option in options)
     return ValueError(
-        f"Argument {name} must be {expected}. Received: {name}={value}"
+        f"{_subject(name, owner)} must be {expected}. Received: {name}={value}"
     )
 
 

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_non_negative_number
 from keras_capsules.losses.spread_loss import SpreadLoss
 
 _SCHEDULES = ("linear", "sigmoid")
@@ -40,27 +41,15 @@ class _SpreadMarginTracker(keras.layers.Layer):
             self.margins.append(variable)
 
 
-def _is_number(value):
-    return not isinstance(value, bool) and isinstance(value, (int, float))
-
-
-def _validate_margin(name, value):
-    if not _is_number(value):
-        raise TypeError(
-            f"Argument {name} must be a Python number. "
-            f"Received: {name}={value!r}"
-        )
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(
-            f"Argument {name} must be a finite non-negative number. "
-            f"Received: {name}={value}"
-        )
-
-
-def _validate_ramp(name, value):
+def _check_ramp(name, value):
     if value is None:
         return
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(
             f"Argument {name} must be a positive number or None. "
             f"Received: {name}={value!r}"
@@ -223,10 +212,10 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
                 "callable mapping a step or epoch to a margin. "
                 f"Received: schedule={schedule!r}"
             )
-        _validate_margin("initial_margin", initial_margin)
-        _validate_margin("final_margin", final_margin)
-        _validate_ramp("ramp_steps", ramp_steps)
-        _validate_ramp("ramp_epochs", ramp_epochs)
+        check_non_negative_number(initial_margin, "initial_margin")
+        check_non_negative_number(final_margin, "final_margin")
+        _check_ramp("ramp_steps", ramp_steps)
+        _check_ramp("ramp_epochs", ramp_epochs)
         if ramp_steps is not None and ramp_epochs is not None:
             raise ValueError(
                 "Give at most one of ramp_steps and ramp_epochs. "

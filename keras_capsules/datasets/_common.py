@@ -14,6 +14,9 @@ _INSTALL_HINT = (
 )
 
 
+SPLITS = ("train", "test")
+
+
 def import_tensorflow(function_name):
     """Returns the `tensorflow` module or raises an actionable ImportError."""
     try:
@@ -53,53 +56,6 @@ def read_maybe_gzipped(path):
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
     return data
-
-
-def validate_split(function_name, split):
-    if split not in ("train", "test"):
-        raise ValueError(
-            f"`{function_name}`: argument `split` must be 'train' or "
-            f"'test'. Received: split={split}"
-        )
-
-
-def validate_positive_int(function_name, name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"`{function_name}`: argument `{name}` must be a positive "
-            f"integer. Received: {name}={value}"
-        )
-
-
-def validate_optional_int(function_name, name, value, minimum=0):
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"`{function_name}`: argument `{name}` must be None or an "
-            f"integer >= {minimum}. Received: {name}={value}"
-        )
-
-
-def validate_bool(function_name, name, value, allow_none=False):
-    if value is None and allow_none:
-        return
-    if not isinstance(value, bool):
-        expected = "None or a bool" if allow_none else "a bool"
-        raise TypeError(
-            f"`{function_name}`: argument `{name}` must be {expected}. "
-            f"Received: {name}={value}"
-        )
-
-
-def validate_optional_dir(function_name, name, value):
-    if value is None:
-        return
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(
-            f"`{function_name}`: argument `{name}` must be None or a path. "
-            f"Received: {name}={value}"
-        )
 
 
 def file_size(path):

@@ -15,6 +15,11 @@ import struct
 
 import numpy as np
 
+from keras_capsules._validation import check_bool
+from keras_capsules._validation import check_int
+from keras_capsules._validation import check_option
+from keras_capsules._validation import check_path
+from keras_capsules._validation import check_positive_int
 from keras_capsules.datasets import _common
 
 NUM_CLASSES = 10
@@ -133,7 +138,7 @@ def load_sample(split="train"):
     >>> x.shape, y.shape
     ((1000, 28, 28, 1), (1000, 10))
     """
-    _common.validate_split("mnist.load_sample", split)
+    check_option(split, "split", _common.SPLITS, owner="mnist.load_sample")
     with np.load(_SAMPLE_PATH) as sample:
         images = sample[f"x_{split}"]
         labels = sample[f"y_{split}"]
@@ -216,14 +221,14 @@ def load(
     ```
     """
     fn = "mnist.load"
-    _common.validate_split(fn, split)
-    _common.validate_positive_int(fn, "batch_size", batch_size)
-    _common.validate_optional_int(fn, "shuffle_buffer", shuffle_buffer)
-    _common.validate_bool(fn, "augment", augment, allow_none=True)
-    _common.validate_optional_dir(fn, "manual_dir", manual_dir)
-    _common.validate_optional_dir(fn, "data_dir", data_dir)
-    _common.validate_optional_int(fn, "seed", seed)
-    _common.validate_bool(fn, "drop_remainder", drop_remainder)
+    check_option(split, "split", _common.SPLITS, owner=fn)
+    check_positive_int(batch_size, "batch_size", owner=fn)
+    check_int(shuffle_buffer, "shuffle_buffer", allow_none=True, owner=fn)
+    check_bool(augment, "augment", allow_none=True, owner=fn)
+    check_path(manual_dir, "manual_dir", owner=fn)
+    check_path(data_dir, "data_dir", owner=fn)
+    check_int(seed, "seed", allow_none=True, owner=fn)
+    check_bool(drop_remainder, "drop_remainder", owner=fn)
     if manual_dir is not None:
         manual_dir = os.path.expanduser(os.fspath(manual_dir))
     training = split == "train"

@@ -18,6 +18,11 @@ import struct
 
 import numpy as np
 
+from keras_capsules._validation import check_bool
+from keras_capsules._validation import check_int
+from keras_capsules._validation import check_option
+from keras_capsules._validation import check_path
+from keras_capsules._validation import check_positive_int
 from keras_capsules.datasets import _common
 
 NUM_CLASSES = 5
@@ -231,30 +236,30 @@ def load(
     ```
     """
     fn = "smallnorb.load"
-    _common.validate_split(fn, split)
-    _common.validate_positive_int(fn, "batch_size", batch_size)
-    _common.validate_optional_int(fn, "shuffle_buffer", shuffle_buffer)
-    _common.validate_optional_dir(fn, "manual_dir", manual_dir)
-    _common.validate_optional_dir(fn, "data_dir", data_dir)
+    check_option(split, "split", _common.SPLITS, owner=fn)
+    check_positive_int(batch_size, "batch_size", owner=fn)
+    check_int(shuffle_buffer, "shuffle_buffer", allow_none=True, owner=fn)
+    check_path(manual_dir, "manual_dir", owner=fn)
+    check_path(data_dir, "data_dir", owner=fn)
     if source not in _SOURCES:
         raise ValueError(
             f"`{fn}`: argument `source` must be one of {_SOURCES}. "
             f"Received: source={source}"
         )
-    _common.validate_positive_int(fn, "image_size", image_size)
+    check_positive_int(image_size, "image_size", owner=fn)
     if image_size > IMAGE_SIZE:
         raise ValueError(
             f"`{fn}`: argument `image_size` must be at most {IMAGE_SIZE}, "
             f"the size of the smallNORB images. Received: "
             f"image_size={image_size}"
         )
-    _common.validate_positive_int(fn, "crop_size", crop_size)
+    check_positive_int(crop_size, "crop_size", owner=fn)
     if crop_size > image_size:
         raise ValueError(
             f"`{fn}`: argument `crop_size` must be at most "
             f"image_size={image_size}. Received: crop_size={crop_size}"
         )
-    _common.validate_bool(fn, "multi_crop", multi_crop)
+    check_bool(multi_crop, "multi_crop", owner=fn)
     if multi_crop and split != "test":
         raise ValueError(
             f"`{fn}`: `multi_crop=True` is an evaluation scheme and needs "
@@ -267,7 +272,7 @@ def load(
             f"pixels, so it needs image_size - crop_size >= "
             f"{2 * max_offset}. Received: crop_size={crop_size}"
         )
-    _common.validate_optional_int(fn, "seed", seed)
+    check_int(seed, "seed", allow_none=True, owner=fn)
     if source == "files" and manual_dir is None:
         raise ValueError(
             f"`{fn}`: source='files' reads the original files from "

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_positive_int
-from keras_capsules._validation import serialize_objects
+from keras_capsules.layers._serialization import serialize_objects
 from keras_capsules.ops.dynamic import dynamic_routing
 
 

@@ -3,11 +3,12 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_matrix_capsules_shape
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
-from keras_capsules._validation import serialize_objects
+from keras_capsules.layers._serialization import serialize_objects
 from keras_capsules.ops.em import _EM_MODES
 from keras_capsules.ops.em import _check_em_options
 from keras_capsules.ops.em import _em_routing
@@ -139,11 +140,7 @@ class EMClassCaps(keras.layers.Layer):
         self.routing_iterations = check_positive_int(
             routing_iterations, "routing_iterations"
         )
-        if not isinstance(coordinate_addition, bool):
-            raise TypeError(
-                "Argument coordinate_addition must be a boolean. "
-                f"Received: coordinate_addition={coordinate_addition}"
-            )
+        check_bool(coordinate_addition, "coordinate_addition")
         self.coordinate_addition = coordinate_addition
         self.coordinate_placement = check_option(
             coordinate_placement, "coordinate_placement", _PLACEMENTS

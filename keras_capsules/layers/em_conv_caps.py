@@ -8,8 +8,8 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
-from keras_capsules._validation import patch_geometry
-from keras_capsules._validation import serialize_objects
+from keras_capsules.layers._serialization import serialize_objects
+from keras_capsules.ops._geometry import patch_geometry
 from keras_capsules.ops.em import _EM_MODES
 from keras_capsules.ops.em import _EM_NORMALIZATIONS
 from keras_capsules.ops.em import _check_em_options

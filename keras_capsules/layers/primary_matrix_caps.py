@@ -4,10 +4,10 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_positive_int
-from keras_capsules._validation import conv_output_size
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
-from keras_capsules._validation import serialize_objects
+from keras_capsules.layers._serialization import serialize_objects
+from keras_capsules.ops._geometry import conv_output_size
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

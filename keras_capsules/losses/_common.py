@@ -3,16 +3,7 @@
 import keras
 from keras import ops
 
-_CLASS_REDUCTIONS = ("sum", "mean")
-
-
-def check_reduction_over_classes(reduction_over_classes):
-    if reduction_over_classes not in _CLASS_REDUCTIONS:
-        raise ValueError(
-            "Argument reduction_over_classes must be one of "
-            f"{_CLASS_REDUCTIONS}. "
-            f"Received: reduction_over_classes={reduction_over_classes!r}"
-        )
+CLASS_REDUCTIONS = ("sum", "mean")
 
 
 def prepare_inputs(y_true, y_pred, owner, targets):

@@ -3,12 +3,13 @@
 import keras
 from keras import ops
 
-from keras_capsules.losses._common import check_reduction_over_classes
+from keras_capsules._validation import check_option
+from keras_capsules.losses._common import CLASS_REDUCTIONS
 from keras_capsules.losses._common import prepare_inputs
 from keras_capsules.losses._common import reduce_over_classes
 
 
-def _validate_hyperparameters(
+def _check_hyperparameters(
     m_plus, m_minus, down_weight, reduction_over_classes
 ):
     for name, value in (
@@ -32,7 +33,9 @@ def _validate_hyperparameters(
             "Argument down_weight must be non-negative. "
             f"Received: down_weight={down_weight}"
         )
-    check_reduction_over_classes(reduction_over_classes)
+    check_option(
+        reduction_over_classes, "reduction_over_classes", CLASS_REDUCTIONS
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -114,9 +117,7 @@ def margin_loss(
     Reference:
         - [Sabour et al., 2017](https://arxiv.org/abs/1710.09829)
     """
-    _validate_hyperparameters(
-        m_plus, m_minus, down_weight, reduction_over_classes
-    )
+    _check_hyperparameters(m_plus, m_minus, down_weight, reduction_over_classes)
     y_true, y_pred = prepare_inputs(
         y_true, y_pred, "margin_loss", "one-hot or multi-hot"
     )
@@ -198,7 +199,7 @@ class MarginLoss(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        _validate_hyperparameters(
+        _check_hyperparameters(
             m_plus, m_minus, down_weight, reduction_over_classes
         )
         self.m_plus = m_plus

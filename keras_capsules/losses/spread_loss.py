@@ -5,12 +5,13 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules.losses._common import check_reduction_over_classes
+from keras_capsules._validation import check_option
+from keras_capsules.losses._common import CLASS_REDUCTIONS
 from keras_capsules.losses._common import prepare_inputs
 from keras_capsules.losses._common import reduce_over_classes
 
 
-def _validate_margin(margin):
+def _check_margin(margin):
     if isinstance(margin, keras.Variable):
         if tuple(margin.shape) != ():
             raise ValueError(
@@ -101,8 +102,10 @@ def spread_loss(y_true, y_pred, margin=0.2, reduction_over_classes="sum"):
     if margin is None or isinstance(
         margin, (bool, int, float, str, bytes, keras.Variable)
     ):
-        _validate_margin(margin)
-    check_reduction_over_classes(reduction_over_classes)
+        _check_margin(margin)
+    check_option(
+        reduction_over_classes, "reduction_over_classes", CLASS_REDUCTIONS
+    )
     y_true, y_pred = prepare_inputs(y_true, y_pred, "spread_loss", "one-hot")
     margin = ops.cast(margin, y_pred.dtype)
     target = ops.sum(y_true * y_pred, axis=-1, keepdims=True)
@@ -189,8 +192,10 @@ class SpreadLoss(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        _validate_margin(margin)
-        check_reduction_over_classes(reduction_over_classes)
+        _check_margin(margin)
+        check_option(
+            reduction_over_classes, "reduction_over_classes", CLASS_REDUCTIONS
+        )
         if not isinstance(margin, keras.Variable):
             margin = keras.Variable(
                 float(margin),

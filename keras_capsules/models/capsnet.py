@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers.dense_caps import DenseCaps
 from keras_capsules.layers.length import Length
@@ -168,16 +169,9 @@ class CapsNet(keras.Model):
         ):
             check_positive_int(value, name)
         decoder_units = _check_decoder_units(decoder_units)
-        if (
-            isinstance(reconstruction_weight, bool)
-            or not isinstance(reconstruction_weight, (int, float))
-            or reconstruction_weight < 0
-        ):
-            raise ValueError(
-                "Argument reconstruction_weight must be a non-negative "
-                "number. "
-                f"Received: reconstruction_weight={reconstruction_weight!r}"
-            )
+        check_non_negative_number(
+            reconstruction_weight, "reconstruction_weight"
+        )
         conv_size = min(input_shape[:2]) - conv_kernel_size + 1
         primary_size = (conv_size - primary_kernel_size) // primary_strides
         if conv_size < 1 or primary_size < 0:

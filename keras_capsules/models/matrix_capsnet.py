@@ -1,18 +1,19 @@
 """MatrixCapsNet: the EM-routing capsule network of Hinton et al. (2018)."""
 
-import math
 import types
 
 import keras
 
+from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
-from keras_capsules._validation import conv_output_length
 from keras_capsules.layers.em_class_caps import EMClassCaps
 from keras_capsules.layers.em_conv_caps import EMConvCaps
 from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps
 from keras_capsules.losses.spread_loss import SpreadLoss
+from keras_capsules.ops._geometry import conv_output_length
 
 # Official training setting (google-research, capsule_em/experiment.py and
 # model.py): Adam, learning rate 0.01 decayed (continuously) by 0.96 every
@@ -235,21 +236,8 @@ class MatrixCapsNet(keras.Model):
             ("routing_iterations", routing_iterations),
         ):
             check_positive_int(value, name)
-        if not isinstance(coordinate_addition, bool):
-            raise TypeError(
-                "Argument coordinate_addition must be a boolean. "
-                f"Received: coordinate_addition={coordinate_addition!r}"
-            )
-        if (
-            isinstance(weight_decay, bool)
-            or not isinstance(weight_decay, (int, float))
-            or not math.isfinite(weight_decay)
-            or weight_decay < 0
-        ):
-            raise ValueError(
-                "Argument weight_decay must be a finite non-negative "
-                f"number. Received: weight_decay={weight_decay!r}"
-            )
+        check_bool(coordinate_addition, "coordinate_addition")
+        check_non_negative_number(weight_decay, "weight_decay")
         _check_geometry(input_shape)
 
         # === Layers ===

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
-from keras_capsules._validation import patch_geometry
+from keras_capsules.ops._geometry import patch_geometry
 from keras_capsules.ops._padding import pad
 
 

@@ -12,7 +12,6 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
-from keras_capsules._validation import patch_geometry
 from keras_capsules.ops import _layout
 from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops._em_reductions import deviation_energy
@@ -20,6 +19,7 @@ from keras_capsules.ops._em_reductions import spread_children
 from keras_capsules.ops._em_reductions import sum_children
 from keras_capsules.ops._em_reductions import weighted_mean
 from keras_capsules.ops._em_reductions import weighted_variance
+from keras_capsules.ops._geometry import patch_geometry
 from keras_capsules.ops._softmax import softmax
 from keras_capsules.ops.patches import _coverage_counts
 from keras_capsules.ops.patches import _fold_tiles

@@ -21,7 +21,7 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
-from keras_capsules._validation import patch_geometry
+from keras_capsules.ops._geometry import patch_geometry
 from keras_capsules.ops._padding import pad
 
 _PLACEMENTS = ("official", "paper")

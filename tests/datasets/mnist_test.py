@@ -342,7 +342,7 @@ class LoadTest(testing.TestCase):
             "split",
             dict(split="validation"),
             ValueError,
-            r"`split` must be 'train' or 'test'\. Received: split=validation$",
+            r'`split` must be "train" or "test"\. Received: split=validation$',
         ),
         (
             "batch_size_zero",
@@ -367,7 +367,7 @@ class LoadTest(testing.TestCase):
             "augment",
             dict(augment="yes"),
             TypeError,
-            r"`augment` must be None or a bool\. Received: augment=yes$",
+            r"`augment` must be None or a boolean\. Received: augment=yes$",
         ),
         ("seed", dict(seed=1.5), ValueError, r"Received: seed=1.5$"),
         (

@@ -380,7 +380,7 @@ class ValidationTest(testing.TestCase):
             "split",
             dict(split="val"),
             ValueError,
-            r"`split` must be 'train' or 'test'\. Received: split=val$",
+            r'`split` must be "train" or "test"\. Received: split=val$',
         ),
         (
             "batch_size",

@@ -154,7 +154,7 @@ class SpreadLossFunctionTest(TestCase):
     def test_rejects_unknown_class_reduction(self):
         y_true, y_pred = _data()
         with self.assertRaisesRegex(
-            ValueError, "Received: reduction_over_classes='max'"
+            ValueError, "Received: reduction_over_classes=max"
         ):
             spread_loss(y_true, y_pred, reduction_over_classes="max")
 
@@ -253,7 +253,7 @@ class SpreadLossTest(TestCase):
         with self.assertRaisesRegex(TypeError, "Received: margin=None"):
             SpreadLoss(margin=None)
         with self.assertRaisesRegex(
-            ValueError, "Received: reduction_over_classes='median'"
+            ValueError, "Received: reduction_over_classes=median"
         ):
             SpreadLoss(reduction_over_classes="median")
 

@@ -291,7 +291,7 @@ class MatrixCapsNetTest(TestCase):
             "coordinates",
             {"coordinate_addition": "yes"},
             TypeError,
-            "Received: coordinate_addition='yes'",
+            "Received: coordinate_addition=yes",
         ),
         (
             "weight_decay",

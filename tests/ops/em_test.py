@@ -3,8 +3,8 @@ import numpy as np
 from absl.testing import parameterized
 
 from keras_capsules import ops as capsule_ops
-from keras_capsules._validation import patch_geometry
 from keras_capsules.ops import em
+from keras_capsules.ops._geometry import patch_geometry
 from keras_capsules.testing import TestCase
 from tests import references
 
