@@ -5,6 +5,16 @@ shared by the convolution, the patch ops and EM routing so that every one
 of them pads and counts positions the same way (TensorFlow's conventions).
 """
 
+import collections
+
+# Everything about tiling a grid into kernel windows, computed once by
+# `tiling` and handed down, so that no helper re-derives the output size
+# or the padding from the arguments again.
+Tiling = collections.namedtuple(
+    "Tiling",
+    ["grid_size", "kernel_size", "strides", "padding", "out_size", "pads"],
+)
+
 
 def conv_output_length(size, kernel, stride, padding):
     """Output length of a convolution along one axis (0 if none).
@@ -62,3 +72,16 @@ def patch_geometry(grid_size, kernel_size, strides, padding):
             total = max((count - 1) * stride + kernel - size, 0)
         pads += [total // 2, total - total // 2]
     return out, tuple(pads)
+
+
+def tiling(grid_size, kernel_size, strides, padding):
+    """The `Tiling` of checked arguments (pairs of ints, "valid"/"same")."""
+    out_size, pads = patch_geometry(grid_size, kernel_size, strides, padding)
+    return Tiling(
+        tuple(grid_size),
+        tuple(kernel_size),
+        tuple(strides),
+        padding,
+        tuple(out_size),
+        pads,
+    )

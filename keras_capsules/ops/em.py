@@ -19,12 +19,12 @@ from keras_capsules.ops._em_reductions import spread_children
 from keras_capsules.ops._em_reductions import sum_children
 from keras_capsules.ops._em_reductions import weighted_mean
 from keras_capsules.ops._em_reductions import weighted_variance
-from keras_capsules.ops._geometry import patch_geometry
+from keras_capsules.ops._geometry import tiling
 from keras_capsules.ops._softmax import softmax
 from keras_capsules.ops.patches import _coverage_counts
+from keras_capsules.ops.patches import _extract_tiles
 from keras_capsules.ops.patches import _fold_tiles
 from keras_capsules.ops.patches import _tile_by_slices
-from keras_capsules.ops.patches import extract_capsule_patches
 
 _EM_MODES = ("official", "paper")
 # How a convolutional child's assignments are normalised in the E-step: over
@@ -365,9 +365,8 @@ def em_conv_routing(
             f"Received: activations.shape={act_shape}"
         )
     height, width, num_in = act_shape[1:]
-    (out_h, out_w), _ = patch_geometry(
-        (height, width), kernel_size, strides, padding
-    )
+    geometry = tiling((height, width), kernel_size, strides, padding)
+    (out_h, out_w) = geometry.out_size
     kernel_h, kernel_w = kernel_size
     votes_shape = tuple(votes.shape)
     if (
@@ -397,9 +396,7 @@ def em_conv_routing(
         activations,
         beta_v,
         beta_a,
-        kernel_size,
-        strides,
-        padding,
+        geometry,
         children_first=False,
         return_assignments=return_assignments,
         normalization=normalization,
@@ -412,15 +409,14 @@ def _em_conv_routing(
     activations,
     beta_v,
     beta_a,
-    kernel_size,
-    strides,
-    padding,
+    geometry,
     children_first,
     return_assignments,
     normalization="official",
     **options,
 ):
-    """`em_conv_routing` on checked arguments, in one of two vote layouts.
+    """`em_conv_routing` on checked arguments and the `Tiling` of the
+    windows, in one of two vote layouts.
 
     With `children_first=False`, `votes` is `(batch, out_h, out_w,
     children, num_out, pose_size)` as in `em_conv_routing`. With
@@ -434,11 +430,9 @@ def _em_conv_routing(
     num_out)` and, if asked, assignments `(batch, out_h, out_w, children,
     num_out)`.
     """
-    height, width, num_in = activations.shape[1:]
-    kernel_h, kernel_w = kernel_size
-    (out_h, out_w), _ = patch_geometry(
-        (height, width), kernel_size, strides, padding
-    )
+    num_in = activations.shape[3]
+    kernel_h, kernel_w = geometry.kernel_size
+    (out_h, out_w) = geometry.out_size
     num_children = kernel_h * kernel_w * num_in
     dtype, compute_dtype = compute_dtypes(votes)
     votes = ops.cast(votes, compute_dtype)
@@ -485,29 +479,15 @@ def _em_conv_routing(
                 x, (-1, out_h, out_w, kernel_h, kernel_w, num_in * types)
             )
         folded = _fold_tiles(
-            tiles,
-            (height, width),
-            kernel_size,
-            strides,
-            padding,
-            reduction,
-            offsets_first=children_first,
+            tiles, geometry, reduction, offsets_first=children_first
         )
-        tiled = _tile_by_slices(
-            folded,
-            kernel_size,
-            strides,
-            padding,
-            offsets_first=children_first,
-        )
+        tiled = _tile_by_slices(folded, geometry, offsets_first=children_first)
         if children_first:
             return ops.reshape(tiled, (num_children, -1, out_h, out_w, types))
         return ops.reshape(tiled, (-1, out_h, out_w, num_children, types))
 
     child_activations = from_tiles(
-        extract_capsule_patches(
-            ops.cast(activations, compute_dtype), kernel_size, strides, padding
-        )
+        _extract_tiles(ops.cast(activations, compute_dtype), geometry)
     )
     ones = ops.ones_like(child_activations)[..., None] * ops.ones(
         (num_out,), compute_dtype
@@ -524,13 +504,8 @@ def _em_conv_routing(
     else:
         # How many windows contain the child behind each window entry (0
         # for the zero padding). Static, so XLA folds it into a constant.
-        counts = extract_capsule_patches(
-            _coverage_counts(
-                (height, width), kernel_size, strides, padding, compute_dtype
-            ),
-            kernel_size,
-            strides,
-            padding,
+        counts = _extract_tiles(
+            _coverage_counts(geometry, compute_dtype), geometry
         )
         counts = from_tiles(counts * ops.ones((num_in,), compute_dtype))
         counts = counts[..., None]
@@ -603,7 +578,8 @@ def _em_conv_capsules(
     Returns poses `(batch, out_h, out_w, num_out, pose_size, pose_size)`
     and activations `(batch, out_h, out_w, num_out)`.
     """
-    tiles = extract_capsule_patches(poses, kernel_size, strides, padding)
+    geometry = tiling(tuple(poses.shape[1:3]), kernel_size, strides, padding)
+    tiles = _extract_tiles(poses, geometry)
     _, out_h, out_w, kernel_h, kernel_w, num_in = tiles.shape[:6]
     pose_size = poses.shape[-1]
     num_out = kernel.shape[3]
@@ -655,9 +631,7 @@ def _em_conv_capsules(
         activations,
         beta_v,
         beta_a,
-        kernel_size=kernel_size,
-        strides=strides,
-        padding=padding,
+        geometry,
         children_first=children_first,
         return_assignments=False,
         normalization=normalization,

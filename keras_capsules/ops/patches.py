@@ -21,7 +21,7 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
-from keras_capsules.ops._geometry import patch_geometry
+from keras_capsules.ops._geometry import tiling
 from keras_capsules.ops._padding import pad
 
 _PLACEMENTS = ("official", "paper")
@@ -81,10 +81,18 @@ def extract_capsule_patches(inputs, kernel_size, strides=1, padding="valid"):
     kernel_size = normalize_pair(kernel_size, "kernel_size")
     strides = normalize_pair(strides, "strides")
     padding = normalize_padding(padding)
-    height, width = shape[1], shape[2]
+    return _extract_tiles(
+        inputs, tiling((shape[1], shape[2]), kernel_size, strides, padding)
+    )
+
+
+def _extract_tiles(inputs, geometry):
+    """`extract_capsule_patches` of checked inputs, by a `Tiling`."""
+    shape = tuple(inputs.shape)
+    (height, width), kernel_size = geometry.grid_size, geometry.kernel_size
     trailing = shape[3:]
-    geometry = patch_geometry((height, width), kernel_size, strides, padding)
-    (out_h, out_w), (pad_top, pad_bottom, pad_left, pad_right) = geometry
+    (out_h, out_w) = geometry.out_size
+    pad_top, pad_bottom, pad_left, pad_right = geometry.pads
     channels = math.prod(trailing)
 
     x = ops.reshape(inputs, (-1, height, width, channels))
@@ -97,7 +105,7 @@ def extract_capsule_patches(inputs, kernel_size, strides=1, padding="valid"):
     x = ops.image.extract_patches(
         x,
         size=kernel_size,
-        strides=strides,
+        strides=geometry.strides,
         padding="valid",
         data_format="channels_last",
     )
@@ -175,7 +183,8 @@ def fold_capsule_patches(
     check_option(reduction, "reduction", _REDUCTIONS)
     kernel_size = shape[3:5]
     trailing = shape[5:]
-    (out_h, out_w), _ = patch_geometry(grid_size, kernel_size, strides, padding)
+    geometry = tiling(grid_size, kernel_size, strides, padding)
+    (out_h, out_w) = geometry.out_size
     if shape[1:3] != (out_h, out_w):
         raise ValueError(
             "Argument patches does not match grid_size, strides and "
@@ -188,9 +197,7 @@ def fold_capsule_patches(
     tiles = ops.reshape(
         patches, (-1, out_h, out_w) + tuple(kernel_size) + (channels,)
     )
-    folded = _fold_tiles(
-        tiles, grid_size, kernel_size, strides, padding, reduction
-    )
+    folded = _fold_tiles(tiles, geometry, reduction)
     folded = ops.reshape(folded, (-1,) + grid_size + trailing)
     return folded
 
@@ -335,12 +342,13 @@ def add_coordinates(votes, placement="official", coordinate_scale=None):
 # eager execution. XLA folds these small computations into constants.
 
 
-def _coverage_counts(grid_size, kernel_size, strides, padding, dtype):
-    """How many tiles contain each grid position: `(1, height, width, 1)`,
-    the fold of all-ones tiles."""
-    out_size, _ = patch_geometry(grid_size, kernel_size, strides, padding)
-    ones = ops.ones((1,) + tuple(out_size) + tuple(kernel_size) + (1,), dtype)
-    return fold_capsule_patches(ones, grid_size, strides, padding, "sum")
+def _coverage_counts(geometry, dtype):
+    """How many tiles of the `Tiling` contain each grid position: `(1,
+    height, width, 1)`, the fold of all-ones tiles."""
+    ones = ops.ones(
+        (1,) + geometry.out_size + geometry.kernel_size + (1,), dtype
+    )
+    return _fold_tiles(ones, geometry, "sum")
 
 
 def _one_hot_matrix(index, shape, dtype):
@@ -385,24 +393,22 @@ def _lowest_finite(dtype):
     return float(np.finfo(dtype).min)
 
 
-def _fold_tiles(
-    tiles,
-    grid_size,
-    kernel_size,
-    strides,
-    padding,
-    reduction,
-    offsets_first=False,
-):
-    """`fold_capsule_patches` on checked arguments and one channel axis.
+def _fold_tiles(tiles, geometry, reduction, offsets_first=False):
+    """`fold_capsule_patches` on checked arguments, a `Tiling` and one
+    channel axis.
 
     `tiles` is `(batch, out_h, out_w, kernel_h, kernel_w, channels)`, or
     with `offsets_first=True` `(kernel_h, kernel_w, batch, out_h, out_w,
     channels)`: the layout of the children-first EM routing, which then
     needs no transpose. Returns `(batch, height, width, channels)`.
     """
-    geometry = patch_geometry(grid_size, kernel_size, strides, padding)
-    (out_h, out_w), (pad_top, pad_bottom, pad_left, pad_right) = geometry
+    grid_size, kernel_size, strides = (
+        geometry.grid_size,
+        geometry.kernel_size,
+        geometry.strides,
+    )
+    (out_h, out_w) = geometry.out_size
+    pad_top, pad_bottom, pad_left, pad_right = geometry.pads
     channels = tiles.shape[-1]
     padded_h = grid_size[0] + pad_top + pad_bottom
     padded_w = grid_size[1] + pad_left + pad_right
@@ -449,14 +455,12 @@ def _fold_tiles(
         :, pad_top : pad_top + grid_size[0], pad_left : pad_left + grid_size[1]
     ]
     if reduction == "max":
-        covered = _coverage_counts(
-            grid_size, kernel_size, strides, padding, folded.dtype
-        )
+        covered = _coverage_counts(geometry, folded.dtype)
         folded = ops.where(covered > 0, folded, ops.zeros_like(folded))
     return folded
 
 
-def _tile_by_slices(x, kernel_size, strides, padding, offsets_first=False):
+def _tile_by_slices(x, geometry, offsets_first=False):
     """`extract_capsule_patches` of `(batch, height, width, channels)`, as
     one strided slice per kernel offset; with `offsets_first=True` the
     result is `(kernel_h, kernel_w, batch, out_h, out_w, channels)`.
@@ -466,9 +470,9 @@ def _tile_by_slices(x, kernel_size, strides, padding, offsets_first=False):
     convolution behind `keras.ops.image.extract_patches` has the input
     gradient of a strided convolution, which XLA runs slowly on CPU.
     """
-    height, width = x.shape[1:3]
-    geometry = patch_geometry((height, width), kernel_size, strides, padding)
-    (out_h, out_w), (pad_top, pad_bottom, pad_left, pad_right) = geometry
+    kernel_size, strides = geometry.kernel_size, geometry.strides
+    (out_h, out_w) = geometry.out_size
+    pad_top, pad_bottom, pad_left, pad_right = geometry.pads
     if pad_top or pad_bottom or pad_left or pad_right:
         x = pad(
             x, ((0, 0), (pad_top, pad_bottom), (pad_left, pad_right), (0, 0))

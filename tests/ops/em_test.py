@@ -5,6 +5,7 @@ from absl.testing import parameterized
 from keras_capsules import ops as capsule_ops
 from keras_capsules.ops import em
 from keras_capsules.ops._geometry import patch_geometry
+from keras_capsules.ops._geometry import tiling
 from keras_capsules.testing import TestCase
 from tests import references
 
@@ -589,13 +590,15 @@ class ConvRoutingLayoutTest(TestCase):
         beta_v = rng.normal(size=num_out).astype("float32")
         beta_a = rng.normal(size=num_out).astype("float32")
         options = em._check_em_options(3, 0.01, 5e-4, None, mode)
-        arguments = ((kernel, kernel), (stride, stride), padding)
+        geometry = tiling(
+            (size, size), (kernel, kernel), (stride, stride), padding
+        )
         expected = em._em_conv_routing(
             votes,
             activations,
             beta_v,
             beta_a,
-            *arguments,
+            geometry,
             children_first=False,
             return_assignments=True,
             **options,
@@ -610,7 +613,7 @@ class ConvRoutingLayoutTest(TestCase):
             activations,
             beta_v,
             beta_a,
-            *arguments,
+            geometry,
             children_first=True,
             return_assignments=True,
             **options,

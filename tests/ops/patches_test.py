@@ -4,6 +4,7 @@ from absl.testing import parameterized
 
 from keras_capsules import ops as capsule_ops
 from keras_capsules.ops import patches
+from keras_capsules.ops._geometry import tiling
 from keras_capsules.testing import TestCase
 from tests import references
 
@@ -61,7 +62,8 @@ class ExtractCapsulePatchesTest(TestCase):
         # channel axis.
         rng = np.random.default_rng(1)
         x = rng.normal(size=(2,) + grid + (3,)).astype("float32")
-        tiles = patches._tile_by_slices(x, kernel, strides, padding)
+        geometry = tiling(x.shape[1:3], kernel, strides, padding)
+        tiles = patches._tile_by_slices(x, geometry)
         self.assertAllClose(
             tiles,
             references.extract_patches(x, kernel, strides, padding),
