@@ -304,24 +304,16 @@ def em_conv_votes(poses, kernel, kernel_size, strides):
 
 
 def em_class_votes(poses, kernel, placement, scale):
-    """V = M W per (position, input type, class) plus the coordinates."""
+    """V = M W per (position, input type, class), plus the coordinates
+    unless `placement` is None."""
     batch, height, width, num_in = poses.shape[:4]
     num_classes = kernel.shape[1]
     votes = np.zeros((batch, height, width, num_in, num_classes, 4, 4))
     for i in range(height):
         for j in range(width):
-            if scale is None:
-                row, col = (i + 0.5) / height, (j + 0.5) / width
-            else:
-                row, col = (i + 0.5) * scale, (j + 0.5) * scale
             for c in range(num_in):
                 for d in range(num_classes):
-                    vote = poses[:, i, j, c] @ kernel[c, d]
-                    if placement == "official":
-                        vote[:, 0, 0] += row
-                        vote[:, 0, 1] += col
-                    elif placement == "paper":
-                        vote[:, 0, 3] += row
-                        vote[:, 1, 3] += col
-                    votes[:, i, j, c, d] = vote
+                    votes[:, i, j, c, d] = poses[:, i, j, c] @ kernel[c, d]
+    if placement is not None:
+        votes = add_coordinates(votes, placement, scale)
     return votes.reshape(batch, height * width * num_in, num_classes, 16)
