@@ -51,11 +51,12 @@ from keras import ops
 
 import keras_capsules
 
-# The official training setting, as `MatrixCapsNet.compile()` uses it; the
-# margin of the spread loss stays at its starting value, 0.2.
-_LEARNING_RATE = 0.01
-_DECAY_STEPS = 20000
-_DECAY_RATE = 0.96
+# The official training setting, taken from where `MatrixCapsNet.compile()`
+# reads it; the margin of the spread loss stays at its starting value.
+from keras_capsules.models.matrix_capsnet import _DECAY_RATE
+from keras_capsules.models.matrix_capsnet import _DECAY_STEPS
+from keras_capsules.models.matrix_capsnet import _LEARNING_RATE
+
 _SPREAD_MARGIN = 0.2
 
 
@@ -239,46 +240,25 @@ class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
         return [out_poses, out_activations]
 
 
-def naive_matrix_capsnet(
-    input_shape=(32, 32, 1),
-    num_classes=5,
-    A=32,
-    B=32,
-    C=32,
-    D=32,
-    routing_iterations=3,
-    coordinate_addition=True,
-    weight_decay=2e-7,
-    name="naive_matrix_capsnet",
-):
+def naive_matrix_capsnet(name="naive_matrix_capsnet", **kwargs):
     """`MatrixCapsNet`'s graph with `NaiveEMConvCaps` for its `EMConvCaps`.
 
-    The arguments are those of `keras_capsules.models.MatrixCapsNet`, and
-    the layers (`conv1`, `primary_caps`, `conv_caps1`, `conv_caps2`,
-    `class_caps`) have the same names, weights and regularizers, so
-    `copy_weights(matrix_capsnet, naive)` makes the two models share their
-    parameters. Returns an uncompiled functional `keras.Model` mapping
-    images to class activations.
+    `kwargs` are the arguments of `keras_capsules.models.MatrixCapsNet`
+    (with its defaults), and the layers (`conv1`, `primary_caps`,
+    `conv_caps1`, `conv_caps2`, `class_caps`) have the same names, weights
+    and regularizers, so `copy_weights(matrix_capsnet, naive)` makes the
+    two models share their parameters. Returns an uncompiled functional
+    `keras.Model` mapping images to class activations.
     """
 
     # The layers are rebuilt from the configs of a MatrixCapsNet, so the
     # two graphs cannot drift apart (initializers, regularizers, names).
-    ours = keras_capsules.models.MatrixCapsNet(
-        input_shape=input_shape,
-        num_classes=num_classes,
-        A=A,
-        B=B,
-        C=C,
-        D=D,
-        routing_iterations=routing_iterations,
-        coordinate_addition=coordinate_addition,
-        weight_decay=weight_decay,
-    )
+    ours = keras_capsules.models.MatrixCapsNet(**kwargs)
 
     def rebuild(layer, cls=None):
         return (cls or type(layer)).from_config(layer.get_config())
 
-    images = keras.Input(shape=tuple(input_shape), name="images")
+    images = keras.Input(shape=tuple(ours.inputs[0].shape[1:]), name="images")
     capsules = rebuild(ours.primary_caps)(rebuild(ours.conv1)(images))
     for layer in (ours.conv_caps1, ours.conv_caps2):
         capsules = rebuild(layer, NaiveEMConvCaps)(capsules)
