@@ -4,11 +4,12 @@ EM routing sums `weights * votes` over the children of every parent many
 times per step (`keras_capsules/ops/_em_reductions.py`). With XLA on CPU the
 sum is written as slice additions followed by one `reduce`, and how many
 slices it takes decides whether XLA vectorises it: this script times that
-one sum, jit-compiled, for vote tensors in the layout `EMConvCaps` writes
-with XLA, `(children, batch, positions, 4, num_out, 4)`, with the weights
-broadcast over the pose, for each slice count of `--slices` (`auto` is
-the count the library picks, `_em_reductions._chunk_count`). It prints the
-median of `--steps` calls after one warm-up call, and writes JSON with the
+one sum, jit-compiled, for vote tensors in the layout EMConvCaps' votes
+take with XLA (`keras_capsules/ops/_layout.py`), `(children, batch,
+positions, 4, num_out, 4)`, with the weights broadcast over the pose, for
+each slice count of `--slices` (`auto` is the count the library picks,
+`_em_reductions._chunk_count`). It prints the median of `--steps` calls
+after one warm-up call, and writes JSON with the
 environment if asked.
 
 Usage:

@@ -139,7 +139,7 @@ def environment():
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         # XLA's CPU fusion settings change EM routing's speed several
-        # times over on JAX (see the README), so they are part of the
+        # times over on JAX (see docs/performance.md), so they are part of the
         # record.
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         # Page faults of a fresh allocation per step cost TensorFlow a

@@ -56,6 +56,7 @@ import keras_capsules
 from keras_capsules.models.matrix_capsnet import _DECAY_RATE
 from keras_capsules.models.matrix_capsnet import _DECAY_STEPS
 from keras_capsules.models.matrix_capsnet import _LEARNING_RATE
+from keras_capsules.ops import em
 
 _SPREAD_MARGIN = 0.2
 
@@ -102,7 +103,8 @@ def _window_em_routing(
     for iteration in range(iterations):
         if mode == "official":
             # The official schedule and mean momentum.
-            lam = final_lambda * (1.0 - 0.95 ** (iteration + 1))
+            decay = em._OFFICIAL_LAMBDA_DECAY
+            lam = final_lambda * (1.0 - decay ** (iteration + 1))
         else:
             lam = final_lambda * (iteration + 1) / iterations
         r = assignments * activations
@@ -112,9 +114,11 @@ def _window_em_routing(
         if mode == "paper":
             mean = new_mean
         elif mean is None:
-            mean = 0.9 * new_mean
+            mean = (1.0 - em._OFFICIAL_MEAN_MOMENTUM) * new_mean
         else:
-            mean = 0.9 * new_mean + 0.1 * mean
+            mean = (
+                1.0 - em._OFFICIAL_MEAN_MOMENTUM
+            ) * new_mean + em._OFFICIAL_MEAN_MOMENTUM * mean
         variance = min_variance + ops.sum(
             weights * ops.square(votes - mean), axis=-3, keepdims=True
         )
@@ -122,7 +126,7 @@ def _window_em_routing(
         if mode == "official":
             logit = lam * (
                 mass * (-sum_log_variance - beta_v * pose_size * (log_2pi + 1))
-                - 5000.0 * beta_a
+                - em._OFFICIAL_BETA_A_SCALE * beta_a
             )
         else:
             cost = mass * (pose_size * beta_v + 0.5 * sum_log_variance)
@@ -232,7 +236,7 @@ class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
             child_activations,
             self.beta_v,
             self.beta_a,
-            **self._routing_options,
+            **em._resolve_epsilon(self._routing_options),
         )
         out_poses = ops.reshape(
             out_poses, (-1, out_h, out_w, num_out, pose_size, pose_size)

@@ -70,7 +70,8 @@ class DocstringsTest(TestCase):
         found = {}
         for name in _MODULES:
             module = importlib.import_module(name)
-            source = open(module.__file__, encoding="utf-8").read()
+            with open(module.__file__, encoding="utf-8") as file:
+                source = file.read()
             count = len(re.findall(r"^\s*```python$", source, re.MULTILINE))
             if count:
                 found[name] = count

@@ -112,7 +112,8 @@ class CapsNet(keras.Model):
         Class capsule lengths of shape `(batch_size, num_classes)`.
 
     Raises:
-        ValueError: If an argument is not of the documented type or range,
+        TypeError: If a boolean or numeric argument has the wrong type.
+        ValueError: If an argument is out of its documented range,
             or if the convolutions leave no spatial positions on
             `input_shape`.
 

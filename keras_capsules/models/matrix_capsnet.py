@@ -142,7 +142,8 @@ class MatrixCapsNet(keras.Model):
         Class activations of shape `(batch_size, num_classes)`.
 
     Raises:
-        ValueError: If an argument is not of the documented type or range,
+        TypeError: If a boolean or numeric argument has the wrong type.
+        ValueError: If an argument is out of its documented range,
             or if the images are smaller than 17x17.
 
     Example:
@@ -253,7 +254,7 @@ class MatrixCapsNet(keras.Model):
         # The official initializers. With Keras' fan-in scaled defaults the
         # poses reaching the class capsules are 40 times smaller and the
         # first 200 steps on the MNIST sample stayed at chance; these start
-        # from larger poses and left chance sooner (README, Results).
+        # from larger poses and left chance sooner.
         conv1 = keras.layers.Conv2D(
             A,
             _CONV_KERNEL_SIZE,

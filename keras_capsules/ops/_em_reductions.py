@@ -1,8 +1,7 @@
 """EM routing's reductions over the children, and their gradients.
 
-The sums over the children axis and their adjoint broadcasts.
-
-Also the three steps of an EM iteration that read the votes (the mean,
+The sums over the children axis and their adjoint broadcasts, and the
+three steps of an EM iteration that read the votes (the mean,
 the variance, the E-step exponent), with hand-written gradients: see the
 comment above `weighted_mean`.
 
@@ -20,7 +19,8 @@ is written as 8 slice additions followed by a `reduce` over the remaining
 carry custom gradients so that the backward pass uses it too instead of
 the plain `reduce` that differentiating a broadcast produces. On JAX the
 chunked form measured faster only once XLA fuses elementwise work itself
-(`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`, see the README):
+(`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`, see
+docs/performance.md):
 EMConvCaps 14x14x32 -> 32, batch 16, 15.5 training img/s against 10.2
 with plain sums. PyTorch runs eagerly, where its own `sum` is the fast
 path: it gets plain sums and broadcasting.

@@ -188,6 +188,7 @@ def _em_routing(
     **options,
 ):
     """`em_routing` on checked arguments."""
+    options = _resolve_epsilon(options)
     dtype, compute_dtype = compute_dtypes(votes)
     votes = ops.cast(votes, compute_dtype)
     activations = ops.cast(activations, compute_dtype)
@@ -430,6 +431,7 @@ def _em_conv_routing(
     num_out)` and, if asked, assignments `(batch, out_h, out_w, children,
     num_out)`.
     """
+    options = _resolve_epsilon(options)
     num_in = activations.shape[3]
     kernel_h, kernel_w = geometry.kernel_size
     (out_h, out_w) = geometry.out_size
@@ -732,11 +734,20 @@ def _check_em_options(iterations, final_lambda, min_variance, epsilon, mode):
         "iterations": check_positive_int(iterations, "iterations"),
         "final_lambda": check_positive_number(final_lambda, "final_lambda"),
         "min_variance": check_positive_number(min_variance, "min_variance"),
-        "epsilon": float(keras.config.epsilon())
+        # None is resolved when the routing runs (`_resolve_epsilon`), so
+        # that a layer follows `keras.config.set_epsilon` as the op does.
+        "epsilon": None
         if epsilon is None
         else check_positive_number(epsilon, "epsilon"),
         "mode": check_option(mode, "mode", _EM_MODES),
     }
+
+
+def _resolve_epsilon(options):
+    """`options` with `epsilon=None` replaced by `keras.config.epsilon()`."""
+    if options["epsilon"] is not None:
+        return options
+    return {**options, "epsilon": float(keras.config.epsilon())}
 
 
 def _check_activations_shape(act_shape, expected):

@@ -299,6 +299,12 @@ class MatrixCapsNetTest(TestCase):
             ValueError,
             "Received: weight_decay=-1.0",
         ),
+        (
+            "weight_decay_type",
+            {"weight_decay": "1e-4"},
+            TypeError,
+            "Received: weight_decay='1e-4'",
+        ),
     )
     def test_rejects_bad_arguments(self, kwargs, error, pattern):
         with self.assertRaisesRegex(error, pattern):
