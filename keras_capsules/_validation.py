@@ -1,4 +1,6 @@
-"""Private argument checks, one `check_*` function per kind of argument.
+"""Private argument checks: one `check_*` function per kind of argument,
+`normalize_*` for arguments given in more than one form (an int or a pair,
+any letter case), and `broadcasts_to` for shapes.
 
 Ops, layers, losses, callbacks, models and datasets share these so that an
 argument is checked, and its error worded, the same way wherever it
