@@ -90,6 +90,14 @@ def add_matrix_capsnet_arguments(parser, data_files, output):
     parser.add_argument("--decay-rate", type=float, default=0.96)
     parser.add_argument("--weight-decay", type=float, default=2e-7)
     parser.add_argument(
+        "--adam-epsilon",
+        type=float,
+        default=1e-8,
+        help="Adam's epsilon: the official code's 1e-8 (Keras' default is "
+        "1e-7, which damps the steps of the transforms whose gradients "
+        "are smaller).",
+    )
+    parser.add_argument(
         "--margin-schedule",
         choices=("linear", "sigmoid"),
         default="linear",
@@ -253,7 +261,9 @@ def decayed_adam(args, train=None):
             decay_steps=args.decay_steps,
             decay_rate=args.decay_rate,
         )
-    return keras.optimizers.Adam(learning_rate=schedule)
+    return keras.optimizers.Adam(
+        learning_rate=schedule, epsilon=getattr(args, "adam_epsilon", 1e-7)
+    )
 
 
 def steps_per_epoch(args, train):

@@ -112,6 +112,8 @@ class MatrixCapsNetTest(TestCase):
         self.assertAlmostEqual(config["decay_rate"], 0.96)
         self.assertFalse(config["staircase"])
         self.assertAllClose(model.optimizer.learning_rate, 0.01)
+        # TensorFlow 1's Adam epsilon, as in the official code.
+        self.assertAlmostEqual(model.optimizer.epsilon, 1e-8)
         self.assertIsInstance(model.loss, SpreadLoss)
         self.assertIs(model.loss.margin, model.spread_margin)
         self.assertTrue(
