@@ -113,7 +113,7 @@ class MatrixCapsNetTest(TestCase):
         self.assertFalse(config["staircase"])
         self.assertAllClose(model.optimizer.learning_rate, 0.01)
         # TensorFlow 1's Adam epsilon, as in the official code.
-        self.assertAlmostEqual(model.optimizer.epsilon, 1e-8)
+        self.assertEqual(model.optimizer.epsilon, 1e-8)
         self.assertIsInstance(model.loss, SpreadLoss)
         self.assertIs(model.loss.margin, model.spread_margin)
         self.assertTrue(
