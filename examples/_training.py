@@ -20,12 +20,19 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_capsules  # noqa: E402
+from keras_capsules.models import matrix_capsnet  # noqa: E402
+
+# The official training setting, read from where `MatrixCapsNet.compile()`
+# reads it, so the flags' defaults cannot drift from the model's.
+OFFICIAL_LEARNING_RATE = matrix_capsnet._LEARNING_RATE
+OFFICIAL_DECAY_STEPS = matrix_capsnet._DECAY_STEPS
+OFFICIAL_DECAY_RATE = matrix_capsnet._DECAY_RATE
+OFFICIAL_ADAM_EPSILON = matrix_capsnet._ADAM_EPSILON
 
 MATRIX_SMOKE_STEPS = 3
-# Adam's starting rate: the official one for the official exponential decay;
-# with the cosine decay to zero, 0.04 learned most in one epoch of MNIST of
-# the rates 0.005-0.08 (docs/em_routing.md keeps the figures).
-OFFICIAL_LEARNING_RATE = 0.01
+# With the cosine decay to zero, Adam's starting rate 0.04 learned most in
+# one epoch of MNIST of the rates 0.005-0.08 (docs/em_routing.md keeps the
+# figures); the official decay keeps the official rate.
 COSINE_LEARNING_RATE = 0.04
 
 
@@ -86,16 +93,16 @@ def add_matrix_capsnet_arguments(parser, data_files, output):
         "exponential decay (--decay-steps, --decay-rate) "
         "or a cosine decay to zero over the whole run.",
     )
-    parser.add_argument("--decay-steps", type=int, default=20000)
-    parser.add_argument("--decay-rate", type=float, default=0.96)
+    parser.add_argument("--decay-steps", type=int, default=OFFICIAL_DECAY_STEPS)
+    parser.add_argument("--decay-rate", type=float, default=OFFICIAL_DECAY_RATE)
     parser.add_argument("--weight-decay", type=float, default=2e-7)
     parser.add_argument(
         "--adam-epsilon",
         type=float,
-        default=1e-8,
-        help="Adam's epsilon: the official code's 1e-8 (Keras' default is "
-        "1e-7, which damps the steps of the transforms whose gradients "
-        "are smaller).",
+        default=OFFICIAL_ADAM_EPSILON,
+        help=f"Adam's epsilon: the official code's {OFFICIAL_ADAM_EPSILON} "
+        "(Keras' default is 1e-7, which damps the steps of the transforms "
+        "whose gradients are smaller).",
     )
     parser.add_argument(
         "--margin-schedule",
@@ -261,9 +268,10 @@ def decayed_adam(args, train=None):
             decay_steps=args.decay_steps,
             decay_rate=args.decay_rate,
         )
-    return keras.optimizers.Adam(
-        learning_rate=schedule, epsilon=getattr(args, "adam_epsilon", 1e-7)
-    )
+    options = {}
+    if hasattr(args, "adam_epsilon"):  # only the MatrixCapsNet flags have it
+        options["epsilon"] = args.adam_epsilon
+    return keras.optimizers.Adam(learning_rate=schedule, **options)
 
 
 def steps_per_epoch(args, train):
