@@ -256,6 +256,8 @@ def decayed_adam(args, train=None):
     exponential): the exponential decay of both papers (`--decay-steps`,
     `--decay-rate`), or a cosine decay to zero over all the steps of the
     run, which `train` (a batched dataset or an `(x, y)` pair) then counts.
+    Adam's epsilon is `--adam-epsilon` if the parser has it (the
+    MatrixCapsNet flags), else Keras' default.
     """
     if getattr(args, "lr_schedule", "exponential") == "cosine":
         schedule = keras.optimizers.schedules.CosineDecay(
