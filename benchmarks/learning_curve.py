@@ -14,7 +14,9 @@ Models (`--model`):
 - `functional`: a user's own `Conv2D -> PrimaryMatrixCaps -> EMConvCaps
   -> EMConvCaps -> EMClassCaps` model built with the layer defaults (ReLU
   Conv1, 5x5 stride 2; 3x3 stride 2 and 3x3 stride 1 capsule layers), Adam
-  at `--learning-rate` and `SpreadLoss(margin)`.
+  at `--learning-rate` and `SpreadLoss(margin)`;
+- `capsnet`: `keras_capsules.models.CapsNet` with `compile()`'s defaults
+  (or Adam at `--learning-rate`); the routing overrides do not apply.
 
 Layer options can be overridden for the routed layers of either model
 (`--routing-normalization`, `--routing-mode`, `--routing-iterations`,
@@ -44,17 +46,22 @@ import keras_capsules
 from benchmarks.common import MATRIX_CAPSNET_CONFIGS
 from benchmarks.common import environment
 from keras_capsules.datasets import mnist
+from keras_capsules.ops import _em_core
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--model",
-        choices=("matrix_capsnet", "functional"),
+        choices=("matrix_capsnet", "functional", "capsnet"),
         default="matrix_capsnet",
     )
     parser.add_argument(
-        "--config", choices=sorted(MATRIX_CAPSNET_CONFIGS), default="small"
+        "--preset",
+        "--config",
+        dest="preset",
+        choices=sorted(MATRIX_CAPSNET_CONFIGS),
+        default="small",
     )
     parser.add_argument(
         "--mnist-dir",
@@ -84,7 +91,7 @@ def parse_args(argv=None):
         "--lambda-scale",
         type=float,
         default=None,
-        help="EMClassCaps lambda_scale.",
+        help="Multiplies the final_lambda of EMClassCaps.",
     )
     parser.add_argument("--min-variance", type=float, default=None)
     parser.add_argument("--conv-stddev", type=float, default=None)
@@ -142,7 +149,8 @@ def routed_overrides(args):
     # Class capsules route densely: every child feeds every class.
     dense.pop("routing_normalization", None)
     if args.lambda_scale is not None:
-        dense["lambda_scale"] = args.lambda_scale
+        final_lambda = dense.get("final_lambda", _em_core.DEFAULTS.final_lambda)
+        dense["final_lambda"] = final_lambda * args.lambda_scale
     if args.conv_stddev is not None:
         conv["kernel_initializer"] = keras.initializers.TruncatedNormal(
             stddev=args.conv_stddev
@@ -155,8 +163,17 @@ def routed_overrides(args):
 
 
 def build_model(args):
+    if args.model == "capsnet":
+        model = keras_capsules.models.CapsNet(
+            input_shape=(28, 28, 1), num_classes=10
+        )
+        optimizer = "auto"
+        if args.learning_rate is not None:
+            optimizer = keras.optimizers.Adam(args.learning_rate)
+        model.compile(optimizer=optimizer)
+        return model
     conv_kwargs, class_kwargs = routed_overrides(args)
-    config = MATRIX_CAPSNET_CONFIGS[args.config]
+    config = MATRIX_CAPSNET_CONFIGS[args.preset]
     if args.model == "matrix_capsnet":
         model = keras_capsules.models.MatrixCapsNet(
             input_shape=(28, 28, 1), num_classes=10, **config

@@ -53,10 +53,8 @@ import keras_capsules
 
 # The official training setting, taken from where `MatrixCapsNet.compile()`
 # reads it; the margin of the spread loss stays at its starting value.
-from keras_capsules.models.matrix_capsnet import _DECAY_RATE
-from keras_capsules.models.matrix_capsnet import _DECAY_STEPS
-from keras_capsules.models.matrix_capsnet import _LEARNING_RATE
-from keras_capsules.ops import em
+from keras_capsules.models import _official
+from keras_capsules.ops import _em_core
 
 _SPREAD_MARGIN = 0.2
 
@@ -103,7 +101,7 @@ def _window_em_routing(
     for iteration in range(iterations):
         if mode == "official":
             # The official schedule and mean momentum.
-            decay = em._OFFICIAL_LAMBDA_DECAY
+            decay = _em_core.OFFICIAL_LAMBDA_DECAY
             lam = final_lambda * (1.0 - decay ** (iteration + 1))
         else:
             lam = final_lambda * (iteration + 1) / iterations
@@ -114,11 +112,11 @@ def _window_em_routing(
         if mode == "paper":
             mean = new_mean
         elif mean is None:
-            mean = (1.0 - em._OFFICIAL_MEAN_MOMENTUM) * new_mean
+            mean = (1.0 - _em_core.OFFICIAL_MEAN_MOMENTUM) * new_mean
         else:
             mean = (
-                1.0 - em._OFFICIAL_MEAN_MOMENTUM
-            ) * new_mean + em._OFFICIAL_MEAN_MOMENTUM * mean
+                1.0 - _em_core.OFFICIAL_MEAN_MOMENTUM
+            ) * new_mean + _em_core.OFFICIAL_MEAN_MOMENTUM * mean
         variance = min_variance + ops.sum(
             weights * ops.square(votes - mean), axis=-3, keepdims=True
         )
@@ -126,7 +124,7 @@ def _window_em_routing(
         if mode == "official":
             logit = lam * (
                 mass * (-sum_log_variance - beta_v * pose_size * (log_2pi + 1))
-                - em._OFFICIAL_BETA_A_SCALE * beta_a
+                - _em_core.OFFICIAL_BETA_A_SCALE * beta_a
             )
         else:
             cost = mass * (pose_size * beta_v + 0.5 * sum_log_variance)
@@ -236,7 +234,7 @@ class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
             child_activations,
             self.beta_v,
             self.beta_a,
-            **em._resolve_epsilon(self._routing_options),
+            **_em_core.resolve_epsilon(_em_core.layer_options(self))._asdict(),
         )
         out_poses = ops.reshape(
             out_poses, (-1, out_h, out_w, num_out, pose_size, pose_size)
@@ -289,9 +287,9 @@ def compile_like_matrix_capsnet(model, **kwargs):
     model.compile(
         optimizer=keras.optimizers.Adam(
             learning_rate=keras.optimizers.schedules.ExponentialDecay(
-                _LEARNING_RATE,
-                decay_steps=_DECAY_STEPS,
-                decay_rate=_DECAY_RATE,
+                _official.LEARNING_RATE,
+                decay_steps=_official.DECAY_STEPS,
+                decay_rate=_official.DECAY_RATE,
             )
         ),
         loss=keras_capsules.losses.SpreadLoss(margin=_SPREAD_MARGIN),

@@ -21,7 +21,7 @@ Models (`--model`):
 - `capsnet`: CapsNet (Sabour et al. 2017) with its decoder, 28x28 MNIST
   images, batch 100 by default;
 - `matrix_capsnet`: MatrixCapsNet (Hinton et al. 2018) on 32x32 images,
-  `--config full` (A=B=C=D=32) or `small` (A=64, B=8, C=D=16);
+  `--preset full` (A=B=C=D=32) or `small` (A=64, B=8, C=D=16);
 - `em_conv_caps`: the single `EMConvCaps` layer as ConvCaps1 of the paper,
   14x14 input capsules to a 3x3 stride-2 window, 32 types to 32 (`full`)
   or 8 to 16 (`small`);
@@ -52,14 +52,14 @@ finite outputs of equal shapes and a finite training loss.
 
 Usage:
     KERAS_BACKEND=jax python -m benchmarks.run --model matrix_capsnet \\
-        --config full --batch 32 --iterations 3 --json matrix_full.json
+        --preset full --batch 32 --iterations 3 --json matrix_full.json
     python -m benchmarks.run --model em_conv_caps --batch 1,2,4,8,16,32,64 \\
         --json em_batch.json
     python -m benchmarks.run --model em_conv_caps --batch 32 \\
         --iterations 1,2,3,4,5 --json em_iterations.json
     python -m benchmarks.run --model capsnet --batch 100 --no-jit
     python -m benchmarks.run --model dense_caps --batch 100
-    python -m benchmarks.run --check --config small
+    python -m benchmarks.run --check --preset small
     python -m benchmarks.plot em_batch.json --out em_batch.png
 """
 
@@ -128,7 +128,9 @@ def parse_args(argv=None):
     )
     parser.add_argument("--model", choices=MODELS, default="matrix_capsnet")
     parser.add_argument(
+        "--preset",
         "--config",
+        dest="preset",
         choices=sorted(common.MATRIX_CAPSNET_CONFIGS),
         default="full",
         help="Size of matrix_capsnet and em_conv_caps (ignored otherwise).",
@@ -227,7 +229,7 @@ def _points(args):
     return [
         {
             "model": args.model,
-            "config": args.config if uses_config else None,
+            "config": args.preset if uses_config else None,
             "impl": impl,
             "batch_size": batch_size,
             "routing_iterations": iterations,
@@ -615,7 +617,7 @@ def run(args):
         "environment": _environment_from(rows),
         "flags": flags,
         "model": args.model,
-        "config": args.config if args.model in NAIVE_MODELS else None,
+        "config": args.preset if args.model in NAIVE_MODELS else None,
         "steps": args.steps,
         "warmup": args.warmup,
         "rows": rows,
@@ -676,9 +678,9 @@ def check(args):
 
     # 2. The benchmarked layer and model: equal shapes, finite outputs and
     # finite training losses, from the same weights.
-    x_em = em_conv_caps_inputs(args.config, 2, rng)
+    x_em = em_conv_caps_inputs(args.preset, 2, rng)
     em_models = {
-        impl: em_conv_caps_model(args.config, iterations, impl)
+        impl: em_conv_caps_model(args.preset, iterations, impl)
         for impl in ("ours", "naive")
     }
     naive_em.copy_weights(em_models["ours"], em_models["naive"])
@@ -687,7 +689,7 @@ def check(args):
     spec = {
         "image_size": args.image_size or DEFAULT_IMAGE_SIZE["matrix_capsnet"],
         "routing_iterations": iterations,
-        "config": args.config,
+        "config": args.preset,
     }
     arguments = _matrix_capsnet_arguments(spec)
     matrix_ours = keras_capsules.models.MatrixCapsNet(**arguments)
@@ -726,7 +728,7 @@ def check(args):
         _finite(f"{name} ours output", out_ours)
         _finite(f"{name} naive output", out_naive)
         print(
-            f"ok: {name} ({args.config}) outputs {out_ours.shape}, finite; "
+            f"ok: {name} ({args.preset}) outputs {out_ours.shape}, finite; "
             f"max |naive - ours| = "
             f"{float(np.max(np.abs(out_ours - out_naive))):.3g} "
             "(window-local routing differs where windows overlap)"

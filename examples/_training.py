@@ -9,25 +9,18 @@ smaller helpers also serve `capsnet_mnist.py`.
 import argparse
 import os
 
-# TensorFlow's default CPU allocator returns large buffers to the system,
-# so every training step page-faults its vote-sized temporaries in again;
-# the BFC allocator keeps them. Small MatrixCapsNet, 32x32 images, batch
-# 32, TF+XLA, 2-core CPU: 69 -> 80 training img/s (docs/performance.md).
-# Read only when TensorFlow starts, so it is set before Keras is imported.
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+import keras
+import numpy as np
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import keras_capsules  # noqa: E402
-from keras_capsules.models import matrix_capsnet  # noqa: E402
+import keras_capsules
+from keras_capsules.models import _official
 
 # The official training setting, read from where `MatrixCapsNet.compile()`
 # reads it, so the flags' defaults cannot drift from the model's.
-OFFICIAL_LEARNING_RATE = matrix_capsnet._LEARNING_RATE
-OFFICIAL_DECAY_STEPS = matrix_capsnet._DECAY_STEPS
-OFFICIAL_DECAY_RATE = matrix_capsnet._DECAY_RATE
-OFFICIAL_ADAM_EPSILON = matrix_capsnet._ADAM_EPSILON
+OFFICIAL_LEARNING_RATE = _official.LEARNING_RATE
+OFFICIAL_DECAY_STEPS = _official.DECAY_STEPS
+OFFICIAL_DECAY_RATE = _official.DECAY_RATE
+OFFICIAL_ADAM_EPSILON = _official.ADAM_EPSILON
 
 MATRIX_SMOKE_STEPS = 3
 # With the cosine decay to zero, Adam's starting rate 0.04 learned most in
@@ -62,12 +55,15 @@ def add_matrix_capsnet_arguments(parser, data_files, output):
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
+        "--preset",
         "--config",
+        dest="preset",
         choices=sorted(keras_capsules.models.MatrixCapsNet.presets),
         default="full",
-        help="Capsule counts: the paper's full network "
+        help="MatrixCapsNet preset: the paper's full network "
         "(A=B=C=D=32), its small one (64, 8, 16, 16) or a "
-        "tiny one for smoke runs.",
+        "tiny one for smoke runs. --config is an alias, kept for one "
+        "release.",
     )
     parser.add_argument(
         "--routing-iterations",
@@ -184,7 +180,7 @@ def resolve_matrix_capsnet_arguments(args):
     if args.smoke:
         args.epochs = 1
         args.steps_per_epoch = MATRIX_SMOKE_STEPS
-        args.config = "tiny"
+        args.preset = "tiny"
         args.routing_iterations = 1
         args.batch_size = min(args.batch_size, 16)
     return args
@@ -235,12 +231,12 @@ def train_matrix_capsnet(
 
 
 def build_matrix_capsnet(args, input_shape, num_classes):
-    """`MatrixCapsNet` of `--config`; `compile()` supplies its loss."""
+    """`MatrixCapsNet` of `--preset`; `compile()` supplies its loss."""
     options = {}
     if args.routing_iterations is not None:
         options["routing_iterations"] = args.routing_iterations
     model = keras_capsules.models.MatrixCapsNet.from_preset(
-        args.config,
+        args.preset,
         input_shape=input_shape,
         num_classes=num_classes,
         weight_decay=args.weight_decay,

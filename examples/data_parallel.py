@@ -27,7 +27,7 @@ Usage:
     KERAS_BACKEND=jax python examples/data_parallel.py --model capsnet
     # Two logical CPU devices, compared with single-device training.
     KERAS_BACKEND=tensorflow python examples/data_parallel.py \\
-        --model matrix_capsnet --cpu-devices 2 --config tiny --steps 3 \\
+        --model matrix_capsnet --cpu-devices 2 --preset tiny --steps 3 \\
         --batch-size 8 --check
     # Check that everything runs.
     python examples/data_parallel.py --smoke
@@ -93,11 +93,13 @@ def parse_args(argv=None):
         help="The 5000-image MNIST sample shipped with the package.",
     )
     parser.add_argument(
+        "--preset",
         "--config",
+        dest="preset",
         choices=("paper", "tiny"),
         default="paper",
         help="The paper's network (MatrixCapsNet: A=B=C=D=32) or a tiny one "
-        "for checks.",
+        "for checks. --config is an alias, kept for one release.",
     )
     parser.add_argument(
         "--batch-size",
@@ -140,7 +142,7 @@ def parse_args(argv=None):
     )
     args = parser.parse_args(argv)
     if args.smoke:
-        args.config = "tiny"
+        args.preset = "tiny"
         args.steps = SMOKE_STEPS
         args.epochs = 1
         args.batch_size = SMOKE_BATCH_SIZE
@@ -264,16 +266,16 @@ class Engine:
 
 
 def build_model(args):
-    """The model of `--model` and `--config`, not yet compiled."""
+    """The model of `--model` and `--preset`, not yet compiled."""
     import keras_capsules
 
-    config = TINY_CONFIGS[args.model] if args.config == "tiny" else {}
+    config = TINY_CONFIGS[args.model] if args.preset == "tiny" else {}
     if args.model == "capsnet":
         return keras_capsules.models.CapsNet(
             input_shape=INPUT_SHAPE, num_classes=NUM_CLASSES, **config
         )
     return keras_capsules.models.MatrixCapsNet.from_preset(
-        "tiny" if args.config == "tiny" else "full",
+        "tiny" if args.preset == "tiny" else "full",
         input_shape=INPUT_SHAPE,
         num_classes=NUM_CLASSES,
         **config,

@@ -6,94 +6,59 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_non_negative_number
+from keras_capsules._validation import check_option
+from keras_capsules._validation import check_positive_number
 from keras_capsules.losses.spread_loss import SpreadLoss
 
 _SCHEDULES = ("linear", "sigmoid")
 _UPDATE_FREQS = ("batch", "epoch")
-
 # The official code (google-research, capsule_em/layers.py) sets the margin
 # to 0.2 + 0.79 * sigmoid(min(10, step / 50000 - 4)): the sigmoid argument
 # runs from -4 to +4 over 400k steps, then is capped at 10.
 _DEFAULT_RAMP_STEPS = 400_000
 _SIGMOID_CAP = 10.0
+# The sublayer through which a model tracks margins it does not own.
+_HOLDER = "_spread_margin_holder"
 
-_TRACKER_ATTRIBUTE = "_spread_margin_tracker"
 
+def _model_margins(model):
+    """The margin variables of `model`, each one the model tracks.
 
-class _SpreadMarginTracker(keras.layers.Layer):
-    """Makes a model track margin variables that it does not own.
-
-    Compiled JAX train steps only receive the variables the model tracks;
-    a margin read from anywhere else is frozen at trace time. Attached as
-    a model attribute, this holder adds the variables to
-    `model.non_trainable_variables` without changing the model's own
-    variable list, so `.keras` files still load into a plain model: the
-    holder's entries are skipped there, and the margin comes back through
-    `SpreadLoss.get_config()`.
+    The model's own `spread_margin` and the margin of every `SpreadLoss`
+    it is compiled with; a loss's variable that the model does not track
+    is handed to it in a holder sublayer. Returns `None` if a variable
+    cannot be handed over (a built subclassed model locks its state, and a
+    `Sequential` model tracks only its layers).
     """
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.margins = []
-
-    def track(self, variable):
-        if not any(v is variable for v in self.margins):
-            self.margins.append(variable)
-
-
-def _check_ramp(name, value):
-    if value is None:
-        return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(
-            f"Argument {name} must be a positive number or None. "
-            f"Received: {name}={value!r}"
-        )
-
-
-def _margin_variables(model):
-    """The margin variables of every SpreadLoss the model is compiled with.
-
-    A model that owns a `spread_margin` variable (as `MatrixCapsNet` does)
-    has it scheduled too, even when its loss is not a `SpreadLoss`.
-    """
-    found = []
+    candidates = [getattr(model, "spread_margin", None)]
     compiled_loss = getattr(model, "loss", None)
-    candidates = (
-        [] if compiled_loss is None else keras.tree.flatten(compiled_loss)
-    )
-    candidates = [c.margin for c in candidates if isinstance(c, SpreadLoss)]
-    owned = getattr(model, "spread_margin", None)
-    if isinstance(owned, keras.Variable):
-        candidates.append(owned)
+    if compiled_loss is not None:
+        candidates += [
+            loss.margin
+            for loss in keras.tree.flatten(compiled_loss)
+            if isinstance(loss, SpreadLoss)
+        ]
+    margins = []
     for variable in candidates:
-        if not any(v is variable for v in found):
-            found.append(variable)
-    return found
-
-
-def _is_tracked(model, variable):
-    return any(v is variable for v in model.non_trainable_variables)
-
-
-def _track(model, variable):
-    if _is_tracked(model, variable):
-        return True
-    tracker = getattr(model, _TRACKER_ATTRIBUTE, None)
-    if not isinstance(tracker, _SpreadMarginTracker):
-        tracker = _SpreadMarginTracker(name="spread_margin_tracker")
+        if isinstance(variable, keras.Variable) and not any(
+            v is variable for v in margins
+        ):
+            margins.append(variable)
+    tracked = model.non_trainable_variables
+    missing = [v for v in margins if not any(v is t for t in tracked)]
+    if missing:
+        holder = getattr(model, _HOLDER, None) or keras.layers.Layer(
+            name="spread_margin_holder", trainable=False
+        )
+        holder.margins = list(getattr(holder, "margins", [])) + missing
         try:
-            setattr(model, _TRACKER_ATTRIBUTE, tracker)
+            setattr(model, _HOLDER, holder)
         except ValueError:
-            # A built subclassed model locks its state.
-            return False
-    tracker.track(variable)
-    return _is_tracked(model, variable)
+            return None
+        tracked = model.non_trainable_variables
+        if not all(any(v is t for t in tracked) for v in missing):
+            return None
+    return margins
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -110,12 +75,15 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
     rate, so compiled train steps see the new value on TensorFlow, JAX and
     PyTorch. The value is logged as `logs["spread_margin"]`.
 
-    On JAX a train step only sees variables the model tracks: when the
-    loss's variable is not one of them, the callback attaches it to the
-    model when `fit` starts. Functional models accept that; a subclassed
-    model should own the variable (`self.spread_margin = keras.Variable(
-    0.2, trainable=False)` in `__init__`) and compile with
-    `SpreadLoss(margin=self.spread_margin)`.
+    The margin must be a variable the model tracks: a compiled JAX train
+    step reads no other state, and a margin read from anywhere else is
+    frozen when the step is traced. `MatrixCapsNet` owns its margin, and so
+    can a subclassed model (`self.spread_margin = keras.Variable(0.2,
+    trainable=False)` in `__init__`, compiled with
+    `SpreadLoss(margin=self.spread_margin)`). For a functional model the
+    callback hands the loss's variable to the model when `fit` starts, in
+    a sublayer that `.keras` files skip on loading (the margin comes back
+    through `SpreadLoss.get_config()`).
 
     Schedules, with `progress = position / ramp` where the position is
     the global step (`optimizer.iterations`, so resumed training picks up
@@ -201,11 +169,7 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
     ):
         super().__init__()
         if isinstance(schedule, str):
-            if schedule not in _SCHEDULES:
-                raise ValueError(
-                    f"Argument schedule must be one of {_SCHEDULES} or a "
-                    f"callable. Received: schedule={schedule!r}"
-                )
+            check_option(schedule, "schedule", _SCHEDULES)
         elif not callable(schedule):
             raise TypeError(
                 f"Argument schedule must be one of {_SCHEDULES} or a "
@@ -214,8 +178,8 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
             )
         check_non_negative_number(initial_margin, "initial_margin")
         check_non_negative_number(final_margin, "final_margin")
-        _check_ramp("ramp_steps", ramp_steps)
-        _check_ramp("ramp_epochs", ramp_epochs)
+        check_positive_number(ramp_steps, "ramp_steps", allow_none=True)
+        check_positive_number(ramp_epochs, "ramp_epochs", allow_none=True)
         if ramp_steps is not None and ramp_epochs is not None:
             raise ValueError(
                 "Give at most one of ramp_steps and ramp_epochs. "
@@ -232,11 +196,7 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
                 f"Received: ramp_steps={ramp_steps}, "
                 f"ramp_epochs={ramp_epochs}"
             )
-        if update_freq not in _UPDATE_FREQS:
-            raise ValueError(
-                f"Argument update_freq must be one of {_UPDATE_FREQS}. "
-                f"Received: update_freq={update_freq!r}"
-            )
+        check_option(update_freq, "update_freq", _UPDATE_FREQS)
         self.schedule = schedule
         self.initial_margin = initial_margin
         self.final_margin = final_margin
@@ -244,7 +204,6 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
         self.ramp_epochs = ramp_epochs
         self.update_freq = update_freq
         self.verbose = verbose
-
         if callable(schedule):
             self._counts_steps = update_freq == "batch"
         else:
@@ -257,31 +216,27 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
 
     def set_model(self, model):
         super().set_model(model)
-        self._margins = _margin_variables(model)
+        # Here, before `fit` builds its first train step and before
+        # `BackupAndRestore.on_train_begin` reloads the weights, whatever
+        # the order of the callbacks.
+        margins = _model_margins(model)
+        if margins is None:
+            raise ValueError(
+                "SpreadMarginScheduler cannot make the model track "
+                "the margin variable of its SpreadLoss, so compiled "
+                "JAX train steps would not see the margin change. "
+                "Build the model with the functional API, or create "
+                "the variable in your model's __init__ "
+                "(self.spread_margin = keras.Variable(0.2, "
+                "trainable=False)) and compile with "
+                "SpreadLoss(margin=self.spread_margin). "
+                f"Received: model={model.__class__.__name__}"
+                f"(name={model.name!r})"
+            )
+        self._margins = margins
         self._last_margin = None
-        # Tracking must happen here, before `fit` builds its first train
-        # step and before `BackupAndRestore.on_train_begin` reloads the
-        # weights, whatever the order of the callbacks.
-        for variable in self._margins:
-            if not _track(model, variable):
-                raise ValueError(
-                    "SpreadMarginScheduler cannot make the model track "
-                    "the margin variable of its SpreadLoss, so compiled "
-                    "JAX train steps would not see the margin change. "
-                    "Build the model with the functional API, or create "
-                    "the variable in your model's __init__ "
-                    "(self.spread_margin = keras.Variable(0.2, "
-                    "trainable=False)) and compile with "
-                    "SpreadLoss(margin=self.spread_margin). "
-                    f"Received: model={model.__class__.__name__}"
-                    f"(name={model.name!r})"
-                )
 
     def on_train_begin(self, logs=None):
-        if not self._margins:
-            self._margins = _margin_variables(self.model)
-            for variable in self._margins:
-                _track(self.model, variable)
         if not self._margins:
             raise ValueError(
                 "SpreadMarginScheduler found no margin to schedule: "
@@ -314,7 +269,9 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None and self._margins:
-            self._synced_model()
+            # On JAX, reading `self.model` writes the training state back
+            # into the variables.
+            self.model
             logs["spread_margin"] = float(
                 ops.convert_to_numpy(self._margins[0])
             )
@@ -366,17 +323,14 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
     def _set_margin(self, batch):
         margin = self.margin_at(self._position(batch))
         if margin != self._last_margin:
-            self._synced_model()
+            # On JAX, reading `self.model` writes the training state back
+            # into the variables and makes the next step read them again,
+            # so the value assigned here reaches the next compiled step.
+            self.model
             for variable in self._margins:
                 variable.assign(margin)
             self._last_margin = margin
         return margin
-
-    def _synced_model(self):
-        # On JAX, `Callback.model` writes the training state back into the
-        # variables and makes the next step read them again, so a value
-        # assigned after this call reaches the next compiled step.
-        return self.model
 
     def get_config(self):
         schedule = self.schedule

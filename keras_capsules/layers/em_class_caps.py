@@ -1,7 +1,8 @@
 """The EMClassCaps layer: class capsules with EM routing."""
 
+import warnings
+
 import keras
-from keras import ops
 
 from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_matrix_capsules_shape
@@ -9,11 +10,11 @@ from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules.layers._serialization import serialize_objects
-from keras_capsules.ops.em import _EM_MODES
-from keras_capsules.ops.em import _check_em_options
-from keras_capsules.ops.em import _em_routing
-from keras_capsules.ops.patches import _PLACEMENTS
-from keras_capsules.ops.patches import add_coordinates
+from keras_capsules.ops import _em_capsules
+from keras_capsules.ops import _em_core
+from keras_capsules.ops.patches import PLACEMENTS
+
+_DEFAULTS = _em_core.DEFAULTS
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -32,18 +33,18 @@ class EMClassCaps(keras.layers.Layer):
     `keras_capsules.ops.em_routing`. Each class has its own `beta_v` and
     `beta_a` (`2 * num_classes` weights).
 
-    Two official choices are explicit arguments. The official class layer
-    divides the inverse temperature by 4: the routing here runs with
-    `final_lambda * lambda_scale` (`lambda_scale=0.25` reproduces it; the
-    default 1 trained faster, see docs/em_routing.md). The official
-    code adds the coordinates to `pose[0, 0]` and `pose[0, 1]` (the
-    default `coordinate_placement="official"`); the paper describes the
-    first two elements of the right-hand column, `pose[0, 3]` and
-    `pose[1, 3]` (`"paper"`). The official coordinates are pixel positions
-    of receptive-field centres divided by 100, which needs the geometry of
-    the whole network; by default this layer uses the normalised cell
-    centres `((i + 0.5) / height, (j + 0.5) / width)` of its own input
-    grid, or `((i + 0.5) * coordinate_scale, (j + 0.5) *
+    The routing defaults are those of `keras_capsules.ops.em_routing`, the
+    setting that learned fastest (docs/em_routing.md). The official class
+    layer divides the official inverse temperature by 4:
+    `routing_iterations=3, final_lambda=0.0025, routing_mode="official"`
+    reproduces it. The official code adds the coordinates to `pose[0, 0]`
+    and `pose[0, 1]` (the default `coordinate_placement="official"`); the
+    paper describes the first two elements of the right-hand column,
+    `pose[0, 3]` and `pose[1, 3]` (`"paper"`). The official coordinates are
+    pixel positions of receptive-field centres divided by 100, which needs
+    the geometry of the whole network; by default this layer uses the
+    normalised cell centres `((i + 0.5) / height, (j + 0.5) / width)` of its
+    own input grid, or `((i + 0.5) * coordinate_scale, (j + 0.5) *
     coordinate_scale)` when `coordinate_scale` is given.
 
     Paper: [Matrix capsules with EM routing](
@@ -61,10 +62,11 @@ class EMClassCaps(keras.layers.Layer):
         coordinate_scale: Optional positive float, the distance between
             neighbouring cell centres. Defaults to `None` (normalised
             centres).
-        final_lambda: Positive float, the final inverse temperature before
-            `lambda_scale`. Defaults to `1e-3` (as `EMConvCaps`).
-        lambda_scale: Positive float multiplying `final_lambda`. Defaults
-            to `1.0` (the official class layer uses `0.25`).
+        final_lambda: Positive float, the final inverse temperature.
+            Defaults to `1e-3` (as `EMConvCaps`; the official class layer
+            uses `0.0025`). Configs saved with the former `lambda_scale`
+            argument still load: their `final_lambda * lambda_scale`
+            becomes `final_lambda`, with a `DeprecationWarning`.
         min_variance: Positive float, the floor added to every variance.
             Defaults to `5e-4`.
         routing_mode: `"official"` or `"paper"`, the forms of the M-step
@@ -120,14 +122,13 @@ class EMClassCaps(keras.layers.Layer):
     def __init__(
         self,
         num_classes,
-        routing_iterations=2,
+        routing_iterations=_DEFAULTS.iterations,
         coordinate_addition=True,
         coordinate_placement="official",
         coordinate_scale=None,
-        final_lambda=1e-3,
-        lambda_scale=1.0,
-        min_variance=5e-4,
-        routing_mode="paper",
+        final_lambda=_DEFAULTS.final_lambda,
+        min_variance=_DEFAULTS.min_variance,
+        routing_mode=_DEFAULTS.mode,
         kernel_initializer=None,
         beta_v_initializer=None,
         beta_a_initializer=None,
@@ -135,33 +136,30 @@ class EMClassCaps(keras.layers.Layer):
         kernel_constraint=None,
         **kwargs,
     ):
+        final_lambda = _fold_lambda_scale(final_lambda, kwargs)
         super().__init__(**kwargs)
         self.num_classes = check_positive_int(num_classes, "num_classes")
-        self.routing_iterations = check_positive_int(
-            routing_iterations, "routing_iterations"
-        )
         check_bool(coordinate_addition, "coordinate_addition")
         self.coordinate_addition = coordinate_addition
         self.coordinate_placement = check_option(
-            coordinate_placement, "coordinate_placement", _PLACEMENTS
+            coordinate_placement, "coordinate_placement", PLACEMENTS
         )
         self.coordinate_scale = check_positive_number(
             coordinate_scale, "coordinate_scale", allow_none=True
         )
-        self.final_lambda = check_positive_number(final_lambda, "final_lambda")
-        self.lambda_scale = check_positive_number(lambda_scale, "lambda_scale")
-        self.min_variance = check_positive_number(min_variance, "min_variance")
-        self.routing_mode = check_option(
-            routing_mode, "routing_mode", _EM_MODES
-        )
-        # Checked once, here, not on every call.
-        self._routing_options = _check_em_options(
-            self.routing_iterations,
-            self.final_lambda * self.lambda_scale,
-            self.min_variance,
+        # Checked once, here; `call` hands them to the routing as they are.
+        options = _em_core.check_options(
+            routing_iterations,
+            final_lambda,
+            min_variance,
             None,
-            self.routing_mode,
+            routing_mode,
+            names=_em_core.LAYER_NAMES,
         )
+        self.routing_iterations = options.iterations
+        self.final_lambda = options.final_lambda
+        self.min_variance = options.min_variance
+        self.routing_mode = options.mode
         # Fresh instances per layer: an unseeded initializer draws its seed
         # once, so a shared default object would repeat its values.
         if kernel_initializer is None:
@@ -204,30 +202,19 @@ class EMClassCaps(keras.layers.Layer):
 
     def call(self, inputs):
         poses, activations = inputs
-        _, height, width, num_in, pose_size, _ = poses.shape
-        # V = M W with one W per (input type, class), shared by positions.
-        votes = ops.einsum("bhwipq,icqr->bhwicpr", poses, self.kernel)
-        if self.coordinate_addition:
-            votes = add_coordinates(
-                votes, self.coordinate_placement, self.coordinate_scale
+        return list(
+            _em_capsules.class_capsules(
+                poses,
+                activations,
+                self.kernel,
+                self.beta_v,
+                self.beta_a,
+                self.coordinate_addition,
+                self.coordinate_placement,
+                self.coordinate_scale,
+                _em_core.layer_options(self),
             )
-        num_children = height * width * num_in
-        votes = ops.reshape(
-            votes,
-            (-1, num_children, self.num_classes, pose_size * pose_size),
         )
-        class_poses, class_activations = _em_routing(
-            votes,
-            ops.reshape(activations, (-1, num_children)),
-            self.beta_v,
-            self.beta_a,
-            return_assignments=False,
-            **self._routing_options,
-        )
-        class_poses = ops.reshape(
-            class_poses, (-1, self.num_classes, pose_size, pose_size)
-        )
-        return [class_poses, class_activations]
 
     def compute_output_shape(self, input_shape):
         pose_shape, _ = check_matrix_capsules_shape(input_shape, "EMClassCaps")
@@ -253,7 +240,6 @@ class EMClassCaps(keras.layers.Layer):
                 "coordinate_placement": self.coordinate_placement,
                 "coordinate_scale": self.coordinate_scale,
                 "final_lambda": self.final_lambda,
-                "lambda_scale": self.lambda_scale,
                 "min_variance": self.min_variance,
                 "routing_mode": self.routing_mode,
                 **serialize_objects(
@@ -267,3 +253,21 @@ class EMClassCaps(keras.layers.Layer):
             }
         )
         return config
+
+
+def _fold_lambda_scale(final_lambda, kwargs):
+    """`final_lambda` times a `lambda_scale` popped from `kwargs`, which
+    configs saved before it was folded into `final_lambda` still hold."""
+    if "lambda_scale" not in kwargs:
+        return final_lambda
+    lambda_scale = check_positive_number(
+        kwargs.pop("lambda_scale"), "lambda_scale"
+    )
+    warnings.warn(
+        "EMClassCaps(lambda_scale=) is deprecated and will be removed: "
+        "pass final_lambda * lambda_scale as final_lambda. Received: "
+        f"final_lambda={final_lambda}, lambda_scale={lambda_scale}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return check_positive_number(final_lambda, "final_lambda") * lambda_scale

@@ -13,6 +13,7 @@ from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.layers.primary_caps import PrimaryCaps
 from keras_capsules.losses.margin_loss import MarginLoss
+from keras_capsules.ops._backend import default_jit_compile
 
 
 def _check_decoder_units(decoder_units):
@@ -284,6 +285,7 @@ class CapsNet(keras.Model):
         loss="auto",
         *,
         metrics="auto",
+        jit_compile="auto",
         **kwargs,
     ):
         """Configures the model for training, with the paper's defaults.
@@ -299,9 +301,15 @@ class CapsNet(keras.Model):
             metrics: A list of metrics, or `"auto"` for
                 `[keras.metrics.CategoricalAccuracy(name="accuracy")]`.
                 Defaults to `"auto"`.
-            **kwargs: Other arguments of `keras.Model.compile`, such as
-                `jit_compile`.
+            jit_compile: Boolean or `"auto"`. `"auto"` compiles the train
+                step with XLA on TensorFlow and JAX, which Keras' own
+                `"auto"` does not do for TensorFlow on a machine without
+                a GPU, and leaves PyTorch eager, as Keras does
+                (docs/performance.md). Defaults to `"auto"`.
+            **kwargs: Other arguments of `keras.Model.compile`.
         """
+        if isinstance(jit_compile, str) and jit_compile == "auto":
+            jit_compile = default_jit_compile(self)
         if optimizer == "auto":
             optimizer = keras.optimizers.Adam(
                 learning_rate=keras.optimizers.schedules.ExponentialDecay(
@@ -313,13 +321,19 @@ class CapsNet(keras.Model):
         if metrics == "auto":
             metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
         super().compile(
-            optimizer=optimizer, loss=loss, metrics=metrics, **kwargs
+            optimizer=optimizer,
+            loss=loss,
+            metrics=metrics,
+            jit_compile=jit_compile,
+            **kwargs,
         )
 
     def compile_from_config(self, config):
         # Keras skips recompiling models that override `compile`, so the
         # saved optimizer, loss and metrics are restored here.
         config = keras.saving.deserialize_keras_object(config)
+        # The backend that loads the model picks its own default.
+        config.pop("jit_compile", None)
         self.compile(**config)
         if self.built:
             self.optimizer.build(self.trainable_variables)

@@ -13,18 +13,10 @@ from keras_capsules.layers.em_class_caps import EMClassCaps
 from keras_capsules.layers.em_conv_caps import EMConvCaps
 from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps
 from keras_capsules.losses.spread_loss import SpreadLoss
+from keras_capsules.models import _official
+from keras_capsules.ops import _em_core
+from keras_capsules.ops._backend import default_jit_compile
 from keras_capsules.ops._geometry import conv_output_length
-
-# Official training setting (google-research, capsule_em/experiment.py and
-# model.py): Adam, learning rate 0.01 decayed (continuously) by 0.96 every
-# 20k steps, batch 64. Its TensorFlow 1 Adam has epsilon 1e-8, not Keras'
-# 1e-7: in a network trained with 1e-7, 39-47 % of the primary-capsule and
-# ConvCaps1 transform entries had gradient RMS below 1e-7, where that
-# epsilon damps their steps (docs/em_routing.md).
-_LEARNING_RATE = 0.01
-_DECAY_STEPS = 20000
-_DECAY_RATE = 0.96
-_ADAM_EPSILON = 1e-8
 
 # Conv1 is a 5x5 stride-2 valid convolution and the two convolutional
 # capsule layers use 3x3 kernels with strides 2 then 1 (paper, Figure 1).
@@ -93,10 +85,10 @@ class MatrixCapsNet(keras.Model):
     (docs/em_routing.md): the official per-type normalisation of the
     assignments over overlapping windows, 2 EM iterations, the paper's
     M-step with an inverse temperature of 1e-3 and `beta_v = beta_a = 0`
-    at the start. With the
-    previous defaults (the all-parents normalisation, 3 iterations, the
-    official M-step with `final_beta` 0.01 and its `5000 * beta_a` term)
-    the network stayed near chance.
+    at the start. With the official routing setting instead (3
+    iterations, the official M-step with `final_beta` 0.01 and its `5000
+    * beta_a` term, and the all-parents normalisation of the official
+    code's later path) the network stayed near chance.
 
     The spread-loss margin is real state: the model owns `spread_margin`,
     a non-trainable scalar `keras.Variable` that starts at 0.2, and
@@ -226,7 +218,7 @@ class MatrixCapsNet(keras.Model):
         B=32,
         C=32,
         D=32,
-        routing_iterations=2,
+        routing_iterations=_em_core.DEFAULTS.iterations,
         coordinate_addition=True,
         weight_decay=2e-7,
         **kwargs,
@@ -335,19 +327,13 @@ class MatrixCapsNet(keras.Model):
         # private name.
         self._image_shape = input_shape
 
-    def _encode(self, images, training=None):
-        features = self.conv1(images, training=training)
-        capsules = self.primary_caps(features, training=training)
-        capsules = self.conv_caps1(capsules, training=training)
-        capsules = self.conv_caps2(capsules, training=training)
-        return self.class_caps(capsules, training=training)
-
     def compile(
         self,
         optimizer="auto",
         loss="auto",
         *,
         metrics="auto",
+        jit_compile="auto",
         **kwargs,
     ):
         """Configures the model for training, with the official defaults.
@@ -364,28 +350,31 @@ class MatrixCapsNet(keras.Model):
                 and the official `epsilon=1e-8` (Keras' default is 1e-7).
                 For a run of known length, Adam with
                 `keras.optimizers.schedules.CosineDecay(0.04, total_steps)`
-                learned faster: one epoch of MNIST (small network, margin
-                0.2) reached 98.3-98.5 % test accuracy, against 97.7-98.0 %
-                for the cosine decay from 0.01 and 95.6-97.3 % for the
-                official decay (2-3 seeds each; docs/em_routing.md).
-                Defaults to `"auto"`.
+                learned faster (docs/em_routing.md). Defaults to
+                `"auto"`.
             loss: A loss on the class activations, or `"auto"` for
                 `keras_capsules.losses.SpreadLoss` reading
                 `self.spread_margin`. Defaults to `"auto"`.
             metrics: A list of metrics, or `"auto"` for
                 `[keras.metrics.CategoricalAccuracy(name="accuracy")]`.
                 Defaults to `"auto"`.
-            **kwargs: Other arguments of `keras.Model.compile`, such as
-                `jit_compile`.
+            jit_compile: Boolean or `"auto"`. `"auto"` compiles the train
+                step with XLA on TensorFlow and JAX, which Keras' own
+                `"auto"` does not do for TensorFlow on a machine without
+                a GPU, and leaves PyTorch eager, as Keras does
+                (docs/performance.md). Defaults to `"auto"`.
+            **kwargs: Other arguments of `keras.Model.compile`.
         """
+        if isinstance(jit_compile, str) and jit_compile == "auto":
+            jit_compile = default_jit_compile(self)
         if isinstance(optimizer, str) and optimizer == "auto":
             optimizer = keras.optimizers.Adam(
                 learning_rate=keras.optimizers.schedules.ExponentialDecay(
-                    _LEARNING_RATE,
-                    decay_steps=_DECAY_STEPS,
-                    decay_rate=_DECAY_RATE,
+                    _official.LEARNING_RATE,
+                    decay_steps=_official.DECAY_STEPS,
+                    decay_rate=_official.DECAY_RATE,
                 ),
-                epsilon=_ADAM_EPSILON,
+                epsilon=_official.ADAM_EPSILON,
             )
         if isinstance(loss, str) and loss == "auto":
             loss = SpreadLoss(margin=self.spread_margin)
@@ -396,7 +385,11 @@ class MatrixCapsNet(keras.Model):
         if isinstance(metrics, str) and metrics == "auto":
             metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
         super().compile(
-            optimizer=optimizer, loss=loss, metrics=metrics, **kwargs
+            optimizer=optimizer,
+            loss=loss,
+            metrics=metrics,
+            jit_compile=jit_compile,
+            **kwargs,
         )
 
     def compile_from_config(self, config):
@@ -404,6 +397,8 @@ class MatrixCapsNet(keras.Model):
         # saved optimizer, loss (with its margin) and metrics are restored
         # here.
         config = keras.saving.deserialize_keras_object(config)
+        # The backend that loads the model picks its own default.
+        config.pop("jit_compile", None)
         self.compile(**config)
         if self.built:
             self.optimizer.build(self.trainable_variables)

@@ -2,6 +2,7 @@
 
 from keras_capsules.ops.conv import conv2d
 from keras_capsules.ops.dynamic import dynamic_routing
+from keras_capsules.ops.em import OFFICIAL_EM_OPTIONS
 from keras_capsules.ops.em import em_conv_routing
 from keras_capsules.ops.em import em_routing
 from keras_capsules.ops.patches import add_coordinates

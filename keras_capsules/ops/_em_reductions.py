@@ -10,26 +10,19 @@ and their parents: sums over the children (the M-step's mass, mean and
 variance) and broadcasts of parent statistics back to every child (the
 deviations and the E-step), whose gradients are sums over the children
 again. XLA on CPU emits a `reduce` over a long children axis whose input
-is a fused product (such as `weights * votes`, with `weights` broadcast
-over the pose) as a slow loop: ~90 ms for 288 children of a `(288, 288,
-32, 16)` float32 product on TensorFlow, against ~10 ms when the same sum
-is written as 8 slice additions followed by a `reduce` over the remaining
-36 (`_chunk_count` picks the slices for other sizes). So with XLA
-(TensorFlow and JAX) the sums take that chunked form, and both functions
-carry custom gradients so that the backward pass uses it too instead of
-the plain `reduce` that differentiating a broadcast produces. On JAX the
-chunked form measured faster only once XLA fuses elementwise work itself
-(`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`, see
-docs/performance.md):
-EMConvCaps 14x14x32 -> 32, batch 16, 15.5 training img/s against 10.2
-with plain sums. PyTorch runs eagerly, where its own `sum` is the fast
-path: it gets plain sums and broadcasting.
+is a fused product (such as `weights * votes`) as a slow loop, several
+times slower than the same sum written as a few slice additions followed
+by a `reduce` over what is left. So with XLA (TensorFlow and JAX) the sums
+take that chunked form, and both functions carry custom gradients so that
+the backward pass uses it too (measurements: docs/performance.md, "What
+makes the EM training step fast and small"). PyTorch runs eagerly, where
+its own `sum` is the fast path: it gets plain sums and broadcasting.
 """
 
 import keras
 from keras import ops
 
-from keras_capsules.ops._layout import chunked_sums
+from keras_capsules.ops._backend import chunked_sums
 
 
 def _slice(x, axis, start, stop):
@@ -38,20 +31,16 @@ def _slice(x, axis, start, stop):
     return x[tuple(index)]
 
 
-def _chunk_count(size):
-    """How many slices `_chunked_sum` adds before its final `reduce`.
+def chunk_count(size):
+    """How many slices `chunked_sum` adds before its final `reduce`.
 
     The most slices that leave more than 32 children each. XLA's CPU
     tree-reduction rewrite splits only a reduced axis longer than 32 into
     a `reduce-window`, and only then does it keep the slice additions in a
     separate, vectorised loop: with 32 or fewer left, the slices, their
     product and the `reduce` fuse into one scalar loop per parent, several
-    times slower. `python -m benchmarks.children_sums` (weighted sum over
-    the children of float32 votes `(children, 32, positions, 4, 16, 4)`,
-    TF+XLA, 2-core CPU): 72 children, 8 slices of 9: 50.9 ms, 2 of 36:
-    8.9 ms; 144 children, 8 of 18: 76.1 ms, 4 of 36: 6.6 ms; 256
-    children, 8 of 32: 151.7 ms, 4 of 64: 10.5 ms. 288 children keep the
-    8 slices of 36 this was first tuned with.
+    times slower (`python -m benchmarks.children_sums`; docs/performance.md,
+    "The small network was slower than the full one").
     """
     return max(
         (n for n in range(1, size + 1) if size % n == 0 and size // n > 32),
@@ -59,12 +48,12 @@ def _chunk_count(size):
     )
 
 
-def _chunked_sum(x, axis):
+def chunked_sum(x, axis):
     """Sum over `axis`, kept with size 1: chunks added, then one reduce."""
-    return _sliced_sum(x, axis, _chunk_count(x.shape[axis]))
+    return sliced_sum(x, axis, chunk_count(x.shape[axis]))
 
 
-def _sliced_sum(x, axis, slices):
+def sliced_sum(x, axis, slices):
     """Sum over `axis`, kept with size 1: `slices` equal slices added,
     then one reduce over what is left (`slices` divides the size)."""
     size = x.shape[axis]
@@ -86,15 +75,15 @@ def sum_children(x, axis):
     size = x.shape[axis]
 
     @ops.custom_gradient
-    def chunked_sum(x):
+    def total(x):
         def grad(*args, upstream=None):
             if upstream is None:
                 (upstream,) = args
             return ops.repeat(upstream, size, axis=axis)
 
-        return _chunked_sum(x, axis), grad
+        return chunked_sum(x, axis), grad
 
-    return chunked_sum(x)
+    return total(x)
 
 
 def spread_children(x, axis, size):
@@ -112,7 +101,7 @@ def spread_children(x, axis, size):
         def grad(*args, upstream=None):
             if upstream is None:
                 (upstream,) = args
-            return _chunked_sum(upstream, axis)
+            return chunked_sum(upstream, axis)
 
         return ops.repeat(x, size, axis=axis), grad
 
@@ -123,7 +112,7 @@ def _children_sum(x, axis):
     """A sum over the children inside a hand-written gradient: the form
     `sum_children` takes, without a custom gradient of its own."""
     if chunked_sums(x):
-        return _chunked_sum(x, axis)
+        return chunked_sum(x, axis)
     return ops.sum(x, axis=axis, keepdims=True)
 
 
@@ -148,9 +137,9 @@ def _materialize(x):
     average, an upstream gradient) read by a loop over the votes is then
     recomputed for every vote, ~100 operations each. A reduction is never
     fused into a loop that reads it, and adding zero is exact, so this sum
-    keeps the small tensor in memory: the EMConvCaps training step (14x14
-    x 32 -> 32, batch 16, TF+XLA CPU) went from 3.4 s to 1.1 s. PyTorch
-    computes every operation once anyway.
+    keeps the small tensor in memory, about 3x faster for the EMConvCaps
+    training step (docs/performance.md). PyTorch computes every operation
+    once anyway.
     """
     if not chunked_sums(x):
         return x
@@ -178,9 +167,7 @@ def _upstream(args, upstream):
 # inside the fused sum instead of storing; every factor is small, and the
 # sums over the children of the parent gradients are written apart from
 # the vote gradients, since XLA stores a product (or a quotient) that two
-# fusions read. PyTorch, which runs eagerly, keeps fewer buffers too
-# (EMConvCaps 14x14x32 -> 32, batch 16: 3190 against 4712 MiB of RSS
-# growth, 1.9 against 1.8 training img/s).
+# fusions read. PyTorch, which runs eagerly, keeps fewer buffers too.
 
 
 def weighted_mean(weights, votes, child_axis):

@@ -1,19 +1,15 @@
 """Constant padding that `torch.compile` can trace without recompiling."""
 
-import keras
 from keras import ops
+
+from keras_capsules.ops._backend import pads_by_concatenation
 
 
 def pad(x, pad_width, constant_values=0.0):
-    """`keras.ops.pad(x, pad_width, constant_values=constant_values)`.
-
-    `keras.ops.pad` creates a new `Operation`, with a new unique name,
-    on every call; under `torch.compile` (`jit_compile=True` on PyTorch)
-    the graph then depends on Keras's global name counter and is traced
-    again at every training step. On PyTorch, where shapes are always
-    concrete, the padding is concatenated instead.
-    """
-    if keras.backend.backend() != "torch" or isinstance(x, keras.KerasTensor):
+    """`keras.ops.pad(x, pad_width, constant_values=constant_values)`,
+    written as a concatenation where `_backend.pads_by_concatenation`
+    says so (PyTorch, whose shapes are always concrete)."""
+    if not pads_by_concatenation(x):
         return ops.pad(x, pad_width, constant_values=constant_values)
     for axis, (before, after) in enumerate(pad_width):
         if before or after:

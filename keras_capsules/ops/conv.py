@@ -1,10 +1,10 @@
 """A strided 2-D convolution whose gradient stays fast under XLA on CPU."""
 
-import keras
 from keras import ops
 
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
+from keras_capsules.ops._backend import rewrites_strided_conv
 from keras_capsules.ops._geometry import patch_geometry
 from keras_capsules.ops._padding import pad
 
@@ -19,12 +19,11 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
     stride and folded the same way. The forward cost grows by the kernel
     padding (9x9 -> 10x10 at stride 2, +23%), but the gradient with respect
     to the input no longer needs an lhs-dilated convolution, which XLA's CPU
-    backend runs about ten times slower than the forward pass: measured on
-    CapsNet's PrimaryCaps (9x9, stride 2, 256 -> 256 channels, batch 32, 2
-    cores), one JAX training step took 9.4 s strided and 1.0 s rewritten.
-    PyTorch computes strided gradients natively and is 25% slower with the
-    rewrite, so there (and when the spatial size is unknown) the plain
-    `keras.ops.conv` is used.
+    backend runs about ten times slower than the forward pass
+    (docs/performance.md, "CapsNet: the strided convolution"). PyTorch
+    computes strided gradients natively and is slower with the rewrite, so
+    there (and when the spatial size is unknown) the plain `keras.ops.conv`
+    is used.
 
     Args:
         inputs: Tensor of shape `(batch, height, width, channels)`.
@@ -47,14 +46,9 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
     """
     strides = normalize_pair(strides, "strides")
     padding = normalize_padding(padding)
-    height, width = inputs.shape[1], inputs.shape[2]
-    if (
-        strides == (1, 1)
-        or keras.backend.backend() == "torch"
-        or height is None
-        or width is None
-    ):
+    if strides == (1, 1) or not rewrites_strided_conv(inputs):
         return ops.conv(inputs, kernel, strides=strides, padding=padding)
+    height, width = inputs.shape[1], inputs.shape[2]
     kernel_size = tuple(kernel.shape[:2])
     (out_h, out_w), (top, bottom, left, right) = patch_geometry(
         (height, width), kernel_size, strides, padding

@@ -1,44 +1,27 @@
-"""EM routing between matrix capsules (Hinton, Sabour & Frosst 2018)."""
+"""EM routing between matrix capsules (Hinton, Sabour & Frosst 2018).
 
-import math
+The public front door of EM routing: `em_routing` (every child connected
+to every parent) and `em_conv_routing` (convolutional windows). Both run
+the core in `_em_core`, which the layers `EMConvCaps` and `EMClassCaps`
+share. The defaults are the setting that learns, the same as the layers';
+`OFFICIAL_EM_OPTIONS` holds the official code's setting.
+"""
 
-import keras
-import numpy as np
+import types
+
 from keras import ops
 
-from keras_capsules._validation import broadcasts_to
-from keras_capsules._validation import check_option
-from keras_capsules._validation import check_positive_int
-from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
-from keras_capsules.ops import _layout
-from keras_capsules.ops._dtypes import compute_dtypes
-from keras_capsules.ops._em_reductions import deviation_energy
-from keras_capsules.ops._em_reductions import spread_children
-from keras_capsules.ops._em_reductions import sum_children
-from keras_capsules.ops._em_reductions import weighted_mean
-from keras_capsules.ops._em_reductions import weighted_variance
+from keras_capsules.ops import _em_core
 from keras_capsules.ops._geometry import tiling
-from keras_capsules.ops._softmax import softmax
-from keras_capsules.ops.patches import _coverage_counts
-from keras_capsules.ops.patches import _extract_tiles
-from keras_capsules.ops.patches import _fold_tiles
-from keras_capsules.ops.patches import _tile_by_slices
+from keras_capsules.ops._layout import PositionsFirst
 
-_EM_MODES = ("official", "paper")
-# How a convolutional child's assignments are normalised in the E-step: over
-# the output types of each window on its own, over each output type's
-# overlapping windows (official), or over every parent (Gritzman 2019).
-_EM_NORMALIZATIONS = ("window", "official", "all_parents")
-_LOG_2PI = float(np.log(2.0 * np.pi))
-# Constants of the official code (google-research/capsule_em): the
-# activation cost scales beta_a by 5000, each new mean keeps 10% of the
-# previous one, and the inverse temperature approaches final_lambda as
-# 1 - 0.95^(i + 1).
-_OFFICIAL_BETA_A_SCALE = 5000.0
-_OFFICIAL_MEAN_MOMENTUM = 0.1
-_OFFICIAL_LAMBDA_DECAY = 0.95
+_DEFAULTS = _em_core.DEFAULTS
+
+# The official code's setting, as read-only keyword arguments of
+# `em_routing` and `em_conv_routing`.
+OFFICIAL_EM_OPTIONS = types.MappingProxyType(_em_core.OFFICIAL)
 
 
 def em_routing(
@@ -46,11 +29,11 @@ def em_routing(
     activations,
     beta_v,
     beta_a,
-    iterations=3,
-    final_lambda=0.01,
-    min_variance=5e-4,
-    epsilon=None,
-    mode="official",
+    iterations=_DEFAULTS.iterations,
+    final_lambda=_DEFAULTS.final_lambda,
+    min_variance=_DEFAULTS.min_variance,
+    epsilon=_DEFAULTS.epsilon,
+    mode=_DEFAULTS.mode,
     return_assignments=False,
 ):
     """Routes matrix-capsule votes to parent capsules with EM (dense case).
@@ -117,16 +100,19 @@ def em_routing(
         beta_a: Tensor broadcastable to `(num_out,)`, the activation
             threshold (`beta_a` of the paper).
         iterations: Positive integer, the number of routing iterations.
-            Defaults to `3`.
+            Defaults to `2` (the paper and the official code use 3, which
+            learned more slowly: docs/em_routing.md).
         final_lambda: Positive float, the inverse temperature `lambda`
-            reached by the schedule. Defaults to `0.01` (the official
-            `final_beta` flag).
+            reached by the schedule. Defaults to `1e-3` (the official
+            `final_beta` flag is 0.01).
         min_variance: Positive float, the floor added to every variance.
             Defaults to `5e-4` (the official `min_var`).
         epsilon: Optional positive float added to every mass. Defaults to
             `None`, which means `keras.config.epsilon()`.
         mode: `"official"` or `"paper"`, see above. Defaults to
-            `"official"`.
+            `"paper"`. `**OFFICIAL_EM_OPTIONS` selects the official
+            code's setting: `iterations=3, final_lambda=0.01,
+            mode="official"`.
         return_assignments: Boolean, whether to also return the assignment
             probabilities `R` used by the final M-step. Defaults to
             `False`.
@@ -161,7 +147,7 @@ def em_routing(
     - [Gritzman, Avoiding implementation pitfalls of "Matrix capsules with
       EM routing"](https://arxiv.org/abs/1907.00652) (2019)
     """
-    options = _check_em_options(
+    options = _em_core.check_options(
         iterations, final_lambda, min_variance, epsilon, mode
     )
     votes = ops.convert_to_tensor(votes)
@@ -174,48 +160,9 @@ def em_routing(
             f"Received: votes.shape={votes_shape}"
         )
     _check_activations_shape(tuple(activations.shape), votes_shape[:-2])
-    return _em_routing(
-        votes, activations, beta_v, beta_a, return_assignments, **options
+    return _em_core.route_dense(
+        votes, activations, beta_v, beta_a, options, return_assignments
     )
-
-
-def _em_routing(
-    votes,
-    activations,
-    beta_v,
-    beta_a,
-    return_assignments,
-    **options,
-):
-    """`em_routing` on checked arguments."""
-    options = _resolve_epsilon(options)
-    dtype, compute_dtype = compute_dtypes(votes)
-    votes = ops.cast(votes, compute_dtype)
-    activations = ops.cast(activations, compute_dtype)
-    num_out = votes.shape[-2]
-    beta_v = _em_beta(beta_v, "beta_v", num_out, compute_dtype)
-    beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
-
-    # R starts uniform over the parents (Procedure 1, line 2).
-    assignments = ops.ones_like(votes[..., :1]) / num_out
-    mean, logit, assignments = _em_iterations(
-        votes,
-        activations[..., None, None],
-        beta_v,
-        beta_a,
-        assignments,
-        normalize=lambda log_p: softmax(log_p, axis=-2),
-        child_axis=-3,
-        pose_axes=(-1,),
-        **options,
-    )
-    poses = ops.cast(ops.squeeze(mean, axis=-3), dtype)
-    probabilities = ops.cast(
-        ops.sigmoid(ops.squeeze(logit, axis=(-3, -1))), dtype
-    )
-    if return_assignments:
-        return poses, probabilities, ops.cast(assignments[..., 0], dtype)
-    return poses, probabilities
 
 
 def em_conv_routing(
@@ -226,12 +173,12 @@ def em_conv_routing(
     kernel_size,
     strides=1,
     padding="valid",
-    iterations=3,
-    final_lambda=0.01,
-    min_variance=5e-4,
-    epsilon=None,
-    mode="official",
-    normalization="official",
+    iterations=_DEFAULTS.iterations,
+    final_lambda=_DEFAULTS.final_lambda,
+    min_variance=_DEFAULTS.min_variance,
+    epsilon=_DEFAULTS.epsilon,
+    mode=_DEFAULTS.mode,
+    normalization=_em_core.DEFAULT_NORMALIZATION,
     return_assignments=False,
 ):
     """EM routing between two convolutional grids of matrix capsules.
@@ -250,16 +197,12 @@ def em_conv_routing(
       in all. The official code groups the overlapping window entries as
       if the stride were 1 (at stride 2 it pairs entries of different
       children); here they are grouped by the child they hold, at any
-      stride. Measured on MNIST (docs/em_routing.md), all else equal: the
-      paper's small network reached 93.3-94.2 % test accuracy after 600
-      steps of 32 images with it, against 89.5-90.5 % with `"window"`.
+      stride. It learned fastest of the three (docs/em_routing.md).
     - `"window"`: every window routes its own children, as the public
       ports that learn do. `R` starts at `1 / num_out` and the E-step is a
       softmax over the output types of the window; a child seen by `n`
       windows is `n` independent children. The cheapest of the three (no
-      folds): the small network trains about 14 % faster with it. With it
-      the paper's small network reached 62 % test accuracy after 100
-      steps, against 20 % with `"all_parents"`.
+      folds).
     - `"all_parents"`: a child's assignments are normalised over every
       parent it feeds, all output types at all positions whose window
       contains it, and start uniform over them, `1 / (num_out * n)` for a
@@ -304,13 +247,14 @@ def em_conv_routing(
         strides: Positive integer or tuple of 2 positive integers.
             Defaults to `1`.
         padding: `"valid"` or `"same"`. Defaults to `"valid"`.
-        iterations: Positive integer. Defaults to `3`.
-        final_lambda: Positive float. Defaults to `0.01`.
+        iterations: Positive integer. Defaults to `2`.
+        final_lambda: Positive float. Defaults to `1e-3`.
         min_variance: Positive float. Defaults to `5e-4`.
         epsilon: Optional positive float. Defaults to `None`, which means
             `keras.config.epsilon()`.
         mode: `"official"` or `"paper"`, see `em_routing`. Defaults to
-            `"official"`.
+            `"paper"`; `**OFFICIAL_EM_OPTIONS` selects the official
+            setting.
         normalization: `"window"`, `"official"` or `"all_parents"`, see
             above. Defaults to `"official"`.
         return_assignments: Boolean, whether to also return the assignment
@@ -347,12 +291,10 @@ def em_conv_routing(
     - [Gritzman, Avoiding implementation pitfalls of "Matrix capsules with
       EM routing"](https://arxiv.org/abs/1907.00652) (2019)
     """
-    options = _check_em_options(
+    options = _em_core.check_options(
         iterations, final_lambda, min_variance, epsilon, mode
     )
-    normalization = check_option(
-        normalization, "normalization", _EM_NORMALIZATIONS
-    )
+    normalization = _em_core.check_normalization(normalization)
     kernel_size = normalize_pair(kernel_size, "kernel_size")
     strides = normalize_pair(strides, "strides")
     padding = normalize_padding(padding)
@@ -392,362 +334,16 @@ def em_conv_routing(
             "Arguments votes and activations must have the same batch "
             f"size. Received: votes.shape={votes_shape}"
         )
-    return _em_conv_routing(
+    return _em_core.route_conv(
         votes,
         activations,
         beta_v,
         beta_a,
-        geometry,
-        children_first=False,
-        return_assignments=return_assignments,
-        normalization=normalization,
-        **options,
+        PositionsFirst(geometry, num_in),
+        normalization,
+        options,
+        return_assignments,
     )
-
-
-def _em_conv_routing(
-    votes,
-    activations,
-    beta_v,
-    beta_a,
-    geometry,
-    children_first,
-    return_assignments,
-    normalization="official",
-    **options,
-):
-    """`em_conv_routing` on checked arguments and the `Tiling` of the
-    windows, in one of two vote layouts.
-
-    With `children_first=False`, `votes` is `(batch, out_h, out_w,
-    children, num_out, pose_size)` as in `em_conv_routing`. With
-    `children_first=True` it is `(children, batch, out_h, out_w, pose_rows,
-    num_out, pose_cols)`, the layout in which a batched matmul over
-    `(kernel row, kernel column, input type)` produces the votes
-    (`EMConvCaps` with XLA): routing there reads the votes as they
-    were written instead of through a transpose, and every sum over the
-    children runs over the leading axis. Returns poses `(batch, out_h,
-    out_w, num_out, pose_size)`, probabilities `(batch, out_h, out_w,
-    num_out)` and, if asked, assignments `(batch, out_h, out_w, children,
-    num_out)`.
-    """
-    options = _resolve_epsilon(options)
-    num_in = activations.shape[3]
-    kernel_h, kernel_w = geometry.kernel_size
-    (out_h, out_w) = geometry.out_size
-    num_children = kernel_h * kernel_w * num_in
-    dtype, compute_dtype = compute_dtypes(votes)
-    votes = ops.cast(votes, compute_dtype)
-    if children_first:
-        num_out = votes.shape[5]
-        pose_size = votes.shape[4] * votes.shape[6]
-        child_axis, parent_axis, pose_axes = 0, 5, (4, 6)
-    else:
-        num_out, pose_size = votes.shape[4:]
-        child_axis, parent_axis, pose_axes = 3, 4, (5,)
-    beta_v = _em_beta(beta_v, "beta_v", num_out, compute_dtype)
-    beta_a = _em_beta(beta_a, "beta_a", num_out, compute_dtype)
-
-    # Child-level tensors (no pose axes; a trailing parent-type axis of
-    # size `types`, or none) come from the tiles (batch, out_h, out_w,
-    # kernel_h, kernel_w, num_in * types) of `extract_capsule_patches`.
-    def from_tiles(x, types=None):
-        shape = (-1, out_h, out_w, num_children)
-        x = ops.reshape(x, shape if types is None else shape + (types,))
-        if children_first:
-            x = ops.moveaxis(x, 3, 0)
-        return x
-
-    def with_pose_axes(x):
-        # (child-level..., num_out) -> the routing layout.
-        if children_first:
-            return x[:, :, :, :, None, :, None]
-        return x[..., None]
-
-    def gather(x, reduction="sum"):
-        # For every window entry and type, the `reduction` of `x` over all
-        # the window entries that hold the same child; `x` has a trailing
-        # type axis (of size 1 to gather over all types at once). Each
-        # input type is its own channel of the grid: in the children-first
-        # layout it joins the batch axis, and the kernel offsets stay in
-        # front, so nothing is transposed.
-        types = x.shape[-1]
-        if children_first:
-            tiles = ops.reshape(
-                x, (kernel_h, kernel_w, -1, out_h, out_w, types)
-            )
-        else:
-            tiles = ops.reshape(
-                x, (-1, out_h, out_w, kernel_h, kernel_w, num_in * types)
-            )
-        folded = _fold_tiles(
-            tiles, geometry, reduction, offsets_first=children_first
-        )
-        tiled = _tile_by_slices(folded, geometry, offsets_first=children_first)
-        if children_first:
-            return ops.reshape(tiled, (num_children, -1, out_h, out_w, types))
-        return ops.reshape(tiled, (-1, out_h, out_w, num_children, types))
-
-    child_activations = from_tiles(
-        _extract_tiles(ops.cast(activations, compute_dtype), geometry)
-    )
-    ones = ops.ones_like(child_activations)[..., None] * ops.ones(
-        (num_out,), compute_dtype
-    )
-    if normalization == "window":
-        # Each window routes its own children: R starts at 1 / num_out and
-        # the E-step is a softmax over the output types of the window.
-        # Padding children have activation 0 and never count.
-        initial = ones / num_out
-
-        def normalize(log_p):
-            return softmax(log_p, axis=parent_axis)
-
-    else:
-        # How many windows contain the child behind each window entry (0
-        # for the zero padding). Static, so XLA folds it into a constant.
-        counts = _extract_tiles(
-            _coverage_counts(geometry, compute_dtype), geometry
-        )
-        counts = from_tiles(counts * ops.ones((num_in,), compute_dtype))
-        counts = counts[..., None]
-        real = ops.cast(counts > 0, compute_dtype)
-        per_type = normalization == "official"
-        if per_type:
-            # The official start: 1 / num_out in every window.
-            initial = ones * real / num_out
-        else:
-            # Uniform over every (position, type) parent of the child.
-            initial = ones * real / (num_out * ops.maximum(counts, 1.0))
-        fold_epsilon = options["epsilon"]
-
-        def normalize(log_p):
-            log_p = ops.squeeze(log_p, axis=pose_axes)
-            local = (
-                log_p if per_type else ops.amax(log_p, axis=-1, keepdims=True)
-            )
-            # In padding entries the folded maximum reads 0; the local
-            # maximum still bounds their exponentials by 1.
-            shift = ops.stop_gradient(ops.maximum(gather(local, "max"), local))
-            exp = ops.exp(log_p - shift)
-            summed = exp if per_type else ops.sum(exp, axis=-1, keepdims=True)
-            total = ops.maximum(gather(summed), fold_epsilon)
-            return with_pose_axes(exp / total * real)
-
-    mean, logit, assignments = _em_iterations(
-        votes,
-        with_pose_axes(child_activations[..., None]),
-        beta_v,
-        beta_a,
-        with_pose_axes(initial),
-        normalize=normalize,
-        child_axis=child_axis,
-        pose_axes=pose_axes,
-        **options,
-    )
-    if children_first:
-        mean = ops.transpose(ops.squeeze(mean, axis=0), (0, 1, 2, 4, 3, 5))
-    poses = ops.reshape(mean, (-1, out_h, out_w, num_out, pose_size))
-    probabilities = ops.sigmoid(ops.reshape(logit, (-1, out_h, out_w, num_out)))
-    poses = ops.cast(poses, dtype)
-    probabilities = ops.cast(probabilities, dtype)
-    if return_assignments:
-        assignments = ops.squeeze(assignments, axis=pose_axes)
-        if children_first:
-            assignments = ops.transpose(assignments, (1, 2, 3, 0, 4))
-        return poses, probabilities, ops.cast(assignments, dtype)
-    return poses, probabilities
-
-
-def _em_conv_capsules(
-    poses,
-    activations,
-    kernel,
-    beta_v,
-    beta_a,
-    kernel_size,
-    strides,
-    padding,
-    normalization,
-    options,
-):
-    """`EMConvCaps`: votes of every window, routed by `_em_conv_routing`.
-
-    `poses` is `(batch, height, width, num_in, pose_size, pose_size)`,
-    `kernel` `(kernel_h, kernel_w, num_in, num_out, pose_size, pose_size)`;
-    arguments are checked. The votes are written in the layout that
-    `_layout.children_first()` picks for this backend, and routed in it.
-    Returns poses `(batch, out_h, out_w, num_out, pose_size, pose_size)`
-    and activations `(batch, out_h, out_w, num_out)`.
-    """
-    geometry = tiling(tuple(poses.shape[1:3]), kernel_size, strides, padding)
-    tiles = _extract_tiles(poses, geometry)
-    _, out_h, out_w, kernel_h, kernel_w, num_in = tiles.shape[:6]
-    pose_size = poses.shape[-1]
-    num_out = kernel.shape[3]
-    num_children = kernel_h * kernel_w * num_in
-    # V = M W for every (kernel row, kernel column, input type, output
-    # type), the official row-vector convention, as one batched matmul
-    # over the children: rows (children, windows, ...) times kernels
-    # (children, ..., num_out ...).
-    rows = ops.transpose(tiles, (3, 4, 5, 0, 1, 2, 6, 7))
-    children_first = _layout.children_first()
-    if children_first:
-        # With XLA the routing reads the votes in the layout the matmul
-        # writes (children first): XLA then transposes neither the votes
-        # for the routing nor their gradient for the matmul's backward
-        # pass. EMConvCaps 14x14x32 -> 32, batch 16, 2-core CPU, training
-        # img/s: JAX 15.5 against 6.3 with the equivalent einsum (whose
-        # gradient XLA transposed), TensorFlow 0.9 s against 1.6 s per
-        # step at batch 8 when it replaced positions-first votes.
-        rows = ops.reshape(rows, (num_children, -1, pose_size))
-        kernel = ops.reshape(
-            ops.transpose(kernel, (0, 1, 2, 4, 3, 5)),
-            (num_children, pose_size, num_out * pose_size),
-        )
-        votes_shape = (num_children, -1, out_h, out_w, pose_size)
-        votes_shape += (num_out, pose_size)
-    else:
-        # PyTorch routes positions first, and `torch.compile` reads the
-        # 16 pose elements of a vote 8 at a time only if they are
-        # adjacent: each window's whole 4x4 pose is one matmul row
-        # against the kernel spread over the pose rows (kron(I, W), 4x the
-        # multiply-adds of a small matmul whose cost is writing the
-        # votes), so that every (child, parent) pose is written in one
-        # piece. EMConvCaps 14x14x32 -> 32, batch 16, compiled: 7.1
-        # training img/s against 6.3 with the einsum whose output
-        # interleaves the pose rows with the parents.
-        rows = ops.reshape(rows, (num_children, -1, pose_size**2))
-        eye = ops.eye(pose_size, dtype=kernel.dtype)
-        kernel = ops.reshape(
-            ops.einsum("sp,xyicqr->xyisqcpr", eye, kernel),
-            (num_children, pose_size**2, num_out * pose_size**2),
-        )
-        votes_shape = (num_children, -1, out_h, out_w, num_out)
-        votes_shape += (pose_size**2,)
-    votes = ops.reshape(ops.matmul(rows, kernel), votes_shape)
-    if not children_first:
-        votes = ops.transpose(votes, (1, 2, 3, 0, 4, 5))
-    out_poses, out_activations = _em_conv_routing(
-        votes,
-        activations,
-        beta_v,
-        beta_a,
-        geometry,
-        children_first=children_first,
-        return_assignments=False,
-        normalization=normalization,
-        **options,
-    )
-    out_poses = ops.reshape(
-        out_poses, (-1, out_h, out_w, num_out, pose_size, pose_size)
-    )
-    return out_poses, out_activations
-
-
-def _em_iterations(
-    votes,
-    activations,
-    beta_v,
-    beta_a,
-    assignments,
-    normalize,
-    child_axis,
-    pose_axes,
-    iterations,
-    final_lambda,
-    min_variance,
-    epsilon,
-    mode,
-):
-    """Runs the M- and E-steps; returns the last mean, logit and R.
-
-    Every tensor has the rank of `votes`, whose `child_axis` holds the
-    children, `pose_axes` the pose elements and one more axis the parents;
-    `activations` and `assignments` have size 1 on the axes they lack
-    (parents, pose), `beta_v` and `beta_a` broadcast along the parents.
-    The mean and the logit keep the children axis with size 1, and the
-    logit the pose axes too.
-    """
-    pose_size = math.prod([votes.shape[axis] for axis in pose_axes])
-    num_in = votes.shape[child_axis]
-    mean = None
-    for iteration in range(iterations):
-        if mode == "official":
-            inverse_temperature = final_lambda * (
-                1.0 - _OFFICIAL_LAMBDA_DECAY ** (iteration + 1)
-            )
-        else:
-            inverse_temperature = final_lambda * (iteration + 1) / iterations
-
-        # Procedure 1, M-step. Every sum over the children and every
-        # parent statistic sent back to them goes through the helpers of
-        # ops/_em_reductions.py: chunked sums with XLA, and gradients of
-        # the three vote-sized steps written out so that the backward pass
-        # keeps no vote-sized intermediate.
-        weighted = assignments * activations
-        mass = sum_children(weighted, child_axis) + epsilon
-        weights = weighted / spread_children(mass, child_axis, num_in)
-        new_mean = weighted_mean(weights, votes, child_axis)
-        if mode == "paper":
-            mean = new_mean
-        elif mean is None:
-            mean = (1.0 - _OFFICIAL_MEAN_MOMENTUM) * new_mean
-        else:
-            mean = (
-                1.0 - _OFFICIAL_MEAN_MOMENTUM
-            ) * new_mean + _OFFICIAL_MEAN_MOMENTUM * mean
-        variance = min_variance + weighted_variance(
-            weights, votes, mean, child_axis
-        )
-        sum_log_variance = ops.sum(
-            ops.log(variance), axis=pose_axes, keepdims=True
-        )
-        if mode == "official":
-            logit = inverse_temperature * (
-                mass
-                * (-sum_log_variance - beta_v * pose_size * (_LOG_2PI + 1.0))
-                - _OFFICIAL_BETA_A_SCALE * beta_a
-            )
-        else:
-            # sum_h cost_h with log sigma_h = log(sigma2_h) / 2.
-            cost = mass * (pose_size * beta_v + 0.5 * sum_log_variance)
-            logit = inverse_temperature * (beta_a - cost)
-        if iteration == iterations - 1:
-            break
-
-        # Procedure 1, E-step, in the log domain so that distant votes
-        # cannot underflow every parent of a child to zero.
-        log_prior = ops.log_sigmoid(logit) - 0.5 * (
-            pose_size * _LOG_2PI + sum_log_variance
-        )
-        log_p = spread_children(
-            log_prior, child_axis, num_in
-        ) - deviation_energy(votes, mean, variance, child_axis, pose_axes)
-        assignments = normalize(log_p)
-    return mean, logit, assignments
-
-
-def _check_em_options(iterations, final_lambda, min_variance, epsilon, mode):
-    # Checked in argument order, so the first bad argument is reported.
-    return {
-        "iterations": check_positive_int(iterations, "iterations"),
-        "final_lambda": check_positive_number(final_lambda, "final_lambda"),
-        "min_variance": check_positive_number(min_variance, "min_variance"),
-        # None is resolved when the routing runs (`_resolve_epsilon`), so
-        # that a layer follows `keras.config.set_epsilon` as the op does.
-        "epsilon": None
-        if epsilon is None
-        else check_positive_number(epsilon, "epsilon"),
-        "mode": check_option(mode, "mode", _EM_MODES),
-    }
-
-
-def _resolve_epsilon(options):
-    """`options` with `epsilon=None` replaced by `keras.config.epsilon()`."""
-    if options["epsilon"] is not None:
-        return options
-    return {**options, "epsilon": float(keras.config.epsilon())}
 
 
 def _check_activations_shape(act_shape, expected):
@@ -760,16 +356,3 @@ def _check_activations_shape(act_shape, expected):
             f"its last two axes, {expected}. "
             f"Received: activations.shape={act_shape}"
         )
-
-
-def _em_beta(beta, name, num_out, dtype):
-    """`beta` checked and cast, as a column: in every routing layout the
-    parents axis is followed by a (pose) axis of size 1."""
-    beta = ops.cast(beta, dtype)
-    shape = tuple(beta.shape)
-    if not broadcasts_to(shape, (num_out,)):
-        raise ValueError(
-            f"Argument {name} must broadcast to (num_out,) = ({num_out},). "
-            f"Received: {name}.shape={shape}"
-        )
-    return ops.reshape(beta, (-1, 1))

@@ -188,7 +188,7 @@ class ScheduleTest(TestCase):
             "schedule",
             {"schedule": "cosine"},
             ValueError,
-            "Received: schedule='cosine'",
+            "Received: schedule=cosine",
         ),
         ("schedule_type", {"schedule": 3}, TypeError, "Received: schedule=3"),
         (
@@ -226,7 +226,7 @@ class ScheduleTest(TestCase):
             "update_freq",
             {"update_freq": "step"},
             ValueError,
-            "Received: update_freq='step'",
+            "Received: update_freq=step",
         ),
     )
     def test_rejects_bad_arguments(self, kwargs, error, pattern):
@@ -390,8 +390,8 @@ class SchedulerStateTest(TestCase):
         )
         path = os.path.join(self.get_temp_dir(), "model.keras")
         model.save(path)
-        # A plain functional model: the tracker is not part of it, and
-        # loading must not trip over its saved variable.
+        # A plain functional model: the margin holder is not part of it,
+        # and loading must not trip over its saved variable.
         loaded = keras.models.load_model(path)
         self.assertIsInstance(loaded.loss, SpreadLoss)
         self.assertAllClose(loaded.loss.margin, 0.2 + 0.7 * 7 / 16)

@@ -17,15 +17,16 @@ from keras_capsules.datasets import mnist
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _MNIST_DIR = os.path.join(_REPO, "..", "shared", "data", "mnist")
-_HAS_MNIST = all(
-    os.path.isfile(os.path.join(_MNIST_DIR, name))
-    for name in (
-        "train-images-idx3-ubyte.gz",
-        "train-labels-idx1-ubyte.gz",
-        "t10k-images-idx3-ubyte.gz",
-        "t10k-labels-idx1-ubyte.gz",
-    )
+_ORIGINAL_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
 )
+_HAS_MNIST = all(
+    os.path.isfile(os.path.join(_MNIST_DIR, name)) for name in _ORIGINAL_FILES
+)
+_SAMPLE_PATH = os.path.join(os.path.dirname(mnist.__file__), "mnist_sample.npz")
 # Published label counts of the MNIST training and test sets.
 _TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 _TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
@@ -179,14 +180,14 @@ class LoadSampleTest(testing.TestCase):
             mnist.load_sample("validation")
 
     def test_file_size(self):
-        size = os.path.getsize(mnist._SAMPLE_PATH)
+        size = os.path.getsize(_SAMPLE_PATH)
         self.assertLess(size, 2 * 1024 * 1024)
 
     @pytest.mark.skipif(not _HAS_MNIST, reason="needs ../shared/data/mnist")
     def test_matches_original_files(self):
         script = _load_script()
         rebuilt = script.build_arrays(_MNIST_DIR)
-        with np.load(mnist._SAMPLE_PATH) as stored:
+        with np.load(_SAMPLE_PATH) as stored:
             self.assertEqual(sorted(stored.files), sorted(rebuilt))
             for name in stored.files:
                 np.testing.assert_array_equal(stored[name], rebuilt[name])
@@ -408,7 +409,7 @@ class LoadTest(testing.TestCase):
     def test_wrong_files_fail_fast(self):
         _tfds()
         manual_dir = self.get_temp_dir()
-        for name in mnist._ORIGINAL_SIZES:
+        for name in _ORIGINAL_FILES:
             with open(os.path.join(manual_dir, name), "wb") as f:
                 f.write(b"not mnist")
         with self.assertRaisesRegex(

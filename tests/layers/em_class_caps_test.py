@@ -61,14 +61,13 @@ class EMClassCapsTest(TestCase):
             placement if addition else None,
             scale,
         )
-        # The class layer routes with final_lambda * lambda_scale.
         expected = capsule_ops.em_routing(
             votes.astype("float32"),
             inputs[1].reshape(2, 36),
             layer.beta_v,
             layer.beta_a,
             iterations=layer.routing_iterations,
-            final_lambda=layer.final_lambda * layer.lambda_scale,
+            final_lambda=layer.final_lambda,
             mode=mode,
         )
         self.assertAllClose(
@@ -152,6 +151,17 @@ class EMClassCapsTest(TestCase):
         loaded = keras.models.load_model(path)
         self.assertIsInstance(loaded.layers[-1], EMClassCaps)
         self.assertAllClose(loaded.predict(x, verbose=0), expected, atol=1e-6)
+
+    def test_lambda_scale_of_saved_configs_folds_into_final_lambda(self):
+        config = EMClassCaps(num_classes=3, final_lambda=0.01).get_config()
+        self.assertNotIn("lambda_scale", config)
+        config["lambda_scale"] = 0.25
+        with self.assertWarnsRegex(
+            DeprecationWarning, r"lambda_scale.*final_lambda=0.01"
+        ):
+            layer = EMClassCaps.from_config(config)
+        self.assertAlmostEqual(layer.final_lambda, 0.0025)
+        self.assertNotIn("lambda_scale", layer.get_config())
 
     def test_errors(self):
         with self.assertRaisesRegex(

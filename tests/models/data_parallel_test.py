@@ -50,7 +50,7 @@ def _run(backend, model, *flags):
             model,
             "--cpu-devices",
             "2",
-            "--config",
+            "--preset",
             "tiny",
             "--steps",
             str(_STEPS),

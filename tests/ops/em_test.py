@@ -1,9 +1,14 @@
+import inspect
+
 import keras
 import numpy as np
 from absl.testing import parameterized
 
+from keras_capsules import layers
+from keras_capsules import models
 from keras_capsules import ops as capsule_ops
-from keras_capsules.ops import em
+from keras_capsules.ops import _em_core
+from keras_capsules.ops import _layout
 from keras_capsules.ops._geometry import patch_geometry
 from keras_capsules.ops._geometry import tiling
 from keras_capsules.testing import TestCase
@@ -170,13 +175,16 @@ class EMRoutingTest(TestCase):
         )
         self.assertShapeEqual(poses.shape, leading + (4, 16))
         self.assertShapeEqual(probs.shape, leading + (4,))
+        # The defaults: 2 iterations, final_lambda 1e-3, the paper's forms.
         expected = references.em_routing(
             votes.reshape(-1, 5, 4, 16),
             activations.reshape(-1, 5),
             np.ones((5, 4)),
             beta_v,
             beta_a,
-            3,
+            2,
+            final_lambda=1e-3,
+            mode="paper",
         )
         self.assertAllClose(
             poses, expected[0].reshape(leading + (4, 16)), atol=1e-5, rtol=1e-4
@@ -204,6 +212,7 @@ class EMRoutingTest(TestCase):
                 activations,
                 np.ones(3, "float32"),
                 np.ones(3, "float32"),
+                iterations=3,
                 mode=mode,
                 return_assignments=True,
             )
@@ -589,36 +598,90 @@ class ConvRoutingLayoutTest(TestCase):
         activations = activations.astype("float32")
         beta_v = rng.normal(size=num_out).astype("float32")
         beta_a = rng.normal(size=num_out).astype("float32")
-        options = em._check_em_options(3, 0.01, 5e-4, None, mode)
+        options = _em_core.check_options(3, 0.01, 5e-4, None, mode)
         geometry = tiling(
             (size, size), (kernel, kernel), (stride, stride), padding
         )
-        expected = em._em_conv_routing(
+        expected = _em_core.route_conv(
             votes,
             activations,
             beta_v,
             beta_a,
-            geometry,
-            children_first=False,
+            _layout.PositionsFirst(geometry, num_in),
+            "official",
+            options,
             return_assignments=True,
-            **options,
         )
         # (batch, h, w, children, out, 4 * 4) -> (children, batch, h, w,
         # 4, out, 4).
         children_first = np.reshape(
             votes, (batch, out_h, out_w, children, num_out, 4, 4)
         ).transpose(3, 0, 1, 2, 5, 4, 6)
-        actual = em._em_conv_routing(
+        actual = _em_core.route_conv(
             children_first,
             activations,
             beta_v,
             beta_a,
-            geometry,
-            children_first=True,
+            _layout.ChildrenFirst(geometry, num_in),
+            "official",
+            options,
             return_assignments=True,
-            **options,
         )
         for a, e in zip(actual, expected):
             self.assertEqual(tuple(a.shape), tuple(e.shape))
             # Three iterations of float32 arithmetic in another order.
             self.assertAllClose(a, e, atol=1e-4, rtol=1e-4)
+
+
+class DefaultsTest(TestCase):
+    def test_ops_layers_and_model_share_the_defaults(self):
+        def defaults(fn, names):
+            parameters = inspect.signature(fn).parameters
+            return [parameters[name].default for name in names]
+
+        op_names = ["iterations", "final_lambda", "min_variance", "mode"]
+        layer_names = [
+            "routing_iterations",
+            "final_lambda",
+            "min_variance",
+            "routing_mode",
+        ]
+        expected = [2, 1e-3, 5e-4, "paper"]
+        self.assertEqual(defaults(capsule_ops.em_routing, op_names), expected)
+        self.assertEqual(
+            defaults(capsule_ops.em_conv_routing, op_names), expected
+        )
+        for layer in (layers.EMConvCaps, layers.EMClassCaps):
+            self.assertEqual(defaults(layer, layer_names), expected)
+        self.assertEqual(
+            defaults(capsule_ops.em_conv_routing, ["normalization"]),
+            defaults(layers.EMConvCaps, ["routing_normalization"]),
+        )
+        self.assertEqual(
+            defaults(models.MatrixCapsNet, ["routing_iterations"]), [2]
+        )
+
+    def test_official_options_are_the_official_setting(self):
+        rng = np.random.default_rng(0)
+        votes = rng.normal(size=(2, 12, 3, 16)).astype("float32")
+        activations = rng.uniform(size=(2, 12)).astype("float32")
+        beta = np.zeros(3, "float32")
+        self.assertEqual(
+            dict(capsule_ops.OFFICIAL_EM_OPTIONS),
+            {"iterations": 3, "final_lambda": 0.01, "mode": "official"},
+        )
+        official = capsule_ops.em_routing(
+            votes, activations, beta, beta, **capsule_ops.OFFICIAL_EM_OPTIONS
+        )
+        explicit = capsule_ops.em_routing(
+            votes,
+            activations,
+            beta,
+            beta,
+            iterations=3,
+            final_lambda=0.01,
+            mode="official",
+        )
+        default = capsule_ops.em_routing(votes, activations, beta, beta)
+        self.assertAllClose(official[1], explicit[1], atol=0)
+        self.assertFalse(np.allclose(official[1], default[1]))

@@ -1,0 +1,85 @@
+"""Every choice that depends on the backend, made in one place.
+
+Layers and the other ops never ask which backend runs them; where the
+fastest formulation differs, they ask a function here:
+
+- TensorFlow and JAX compile through XLA. There `EMConvCaps` routes its
+  votes children first (`_layout.ChildrenFirst`), the layout its batched
+  matmul writes, so XLA transposes neither the votes for the routing nor
+  their gradient for the matmul's backward pass; every sum over the
+  children is chunked (`_em_reductions`); strided convolutions are
+  rewritten stride-free (`conv.conv2d`); and the models' `compile()`
+  turns XLA on, which Keras' `jit_compile="auto"` leaves off for
+  TensorFlow on a CPU-only machine.
+- PyTorch runs eagerly (or under `torch.compile`), where its own `sum` and
+  strided convolution gradients are the fast paths: votes positions first
+  with each pose in one piece (`_layout.PositionsFirst`), plain sums,
+  plain `keras.ops.conv`, and padding by concatenation (`_padding`).
+
+Symbolic tensors (functional model construction) only need shapes and
+always take the plain forms.
+"""
+
+import keras
+
+from keras_capsules.ops import _layout
+
+
+def compiles_with_xla():
+    """Whether this backend compiles train steps with XLA."""
+    return keras.backend.backend() in ("tensorflow", "jax")
+
+
+def default_jit_compile(model):
+    """The `jit_compile` that the models' `compile()` use for `"auto"`.
+
+    XLA wherever the backend compiles with it: Keras' own `"auto"` turns
+    XLA off for TensorFlow on a machine without a GPU, which made a
+    MatrixCapsNet epoch about 4x slower there (docs/performance.md).
+    Under a `tf.distribute` strategy, where Keras leaves XLA off, and on
+    PyTorch, Keras' `"auto"` decides.
+    """
+    if not compiles_with_xla() or getattr(model, "_distribute_strategy", None):
+        return "auto"
+    return True
+
+
+def vote_layout(geometry, num_in):
+    """The layout in which `EMConvCaps` writes and routes its votes, for
+    the windows of a `Tiling` over `num_in` input types."""
+    if compiles_with_xla():
+        return _layout.ChildrenFirst(geometry, num_in)
+    return _layout.PositionsFirst(geometry, num_in)
+
+
+def chunked_sums(x):
+    """Whether sums over the children of `x` take the chunked XLA form.
+
+    A custom gradient cannot take symbolic tensors.
+    """
+    return compiles_with_xla() and not isinstance(x, keras.KerasTensor)
+
+
+def rewrites_strided_conv(inputs):
+    """Whether `conv2d` computes a strided convolution stride-free.
+
+    XLA's CPU backend runs the input gradient of a strided convolution
+    about ten times slower than the forward pass; PyTorch computes it
+    natively, and is slower with the rewrite. The rewrite needs the
+    spatial size.
+    """
+    height, width = inputs.shape[1], inputs.shape[2]
+    return keras.backend.backend() != "torch" and None not in (height, width)
+
+
+def pads_by_concatenation(x):
+    """Whether constant padding is written as a concatenation.
+
+    `keras.ops.pad` creates a new `Operation`, with a new unique name, on
+    every call; under `torch.compile` (`jit_compile=True` on PyTorch) the
+    graph then depends on Keras's global name counter and is traced again
+    at every training step.
+    """
+    return keras.backend.backend() == "torch" and not isinstance(
+        x, keras.KerasTensor
+    )

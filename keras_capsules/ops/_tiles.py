@@ -1,0 +1,177 @@
+"""Kernel tiles of a capsule grid and their transposes, on checked arguments.
+
+The machinery behind `patches.extract_capsule_patches` and
+`patches.fold_capsule_patches`, shared with EM routing, which calls it
+with a `Tiling` (`_geometry.tiling`) computed once per call. Folds and
+strided tilings take and give tiles offsets first, `(kernel_h, kernel_w,
+batch, out_h, out_w, channels)`: each kernel offset is then one leading
+index, and the children-first EM layout needs no transpose.
+
+Constants are built from Keras ops, not NumPy: under `torch.compile`
+(`jit_compile=True` on PyTorch) NumPy arrays turned into tensors break the
+graph, and a break inside the routing loop sends the whole loop back to
+eager execution. XLA folds these small computations into constants.
+"""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.ops._padding import pad
+
+
+def extract_tiles(inputs, geometry):
+    """`extract_capsule_patches` of checked inputs, by a `Tiling`:
+    `(batch, out_h, out_w, kernel_h, kernel_w, ...)`."""
+    shape = tuple(inputs.shape)
+    (height, width), kernel_size = geometry.grid_size, geometry.kernel_size
+    trailing = shape[3:]
+    (out_h, out_w) = geometry.out_size
+    pad_top, pad_bottom, pad_left, pad_right = geometry.pads
+    channels = math.prod(trailing)
+
+    x = ops.reshape(inputs, (-1, height, width, channels))
+    x = ops.transpose(x, (0, 3, 1, 2))
+    x = ops.reshape(x, (-1, height, width, 1))
+    if pad_top or pad_bottom or pad_left or pad_right:
+        x = pad(
+            x, ((0, 0), (pad_top, pad_bottom), (pad_left, pad_right), (0, 0))
+        )
+    x = ops.image.extract_patches(
+        x,
+        size=kernel_size,
+        strides=geometry.strides,
+        padding="valid",
+        data_format="channels_last",
+    )
+    x = ops.reshape(
+        x, (-1, channels, out_h, out_w, kernel_size[0], kernel_size[1])
+    )
+    x = ops.transpose(x, (0, 2, 3, 4, 5, 1))
+    return ops.reshape(
+        x, (-1, out_h, out_w, kernel_size[0], kernel_size[1]) + trailing
+    )
+
+
+def coverage_counts(geometry, dtype):
+    """How many tiles of the `Tiling` contain each grid position: `(1,
+    height, width, 1)`, the fold of all-ones tiles."""
+    ones = ops.ones(
+        geometry.kernel_size + (1,) + geometry.out_size + (1,), dtype
+    )
+    return fold_tiles(ones, geometry, "sum")
+
+
+def fold_tiles(tiles, geometry, reduction):
+    """`fold_capsule_patches` of tiles `(kernel_h, kernel_w, batch, out_h,
+    out_w, channels)` by a `Tiling`: `(batch, height, width, channels)`.
+    """
+    grid_size, kernel_size, strides = (
+        geometry.grid_size,
+        geometry.kernel_size,
+        geometry.strides,
+    )
+    (out_h, out_w) = geometry.out_size
+    pad_top, pad_bottom, pad_left, pad_right = geometry.pads
+    channels = tiles.shape[-1]
+    padded_h = grid_size[0] + pad_top + pad_bottom
+    padded_w = grid_size[1] + pad_left + pad_right
+    # For "max", shifted-in filler must never win against a real entry, so
+    # it is the most negative finite value of the dtype (never -inf, whose
+    # product with a zero mask would be NaN).
+    fill = 0.0 if reduction == "sum" else _lowest_finite(tiles.dtype)
+    spread_h = (out_h - 1) * strides[0] + 1
+    spread_w = (out_w - 1) * strides[1] + 1
+    kernel_h, kernel_w = kernel_size
+
+    # Spread the tiles onto the stride grid once (the other axes merged, as
+    # TensorFlow pads tensors of rank 8 at most); each kernel offset is then
+    # one slice and one pad.
+    spread = ops.reshape(tiles, (-1, out_h, out_w, channels))
+    spread = _dilate(spread, strides, fill)[:, :spread_h, :spread_w]
+    spread = ops.reshape(
+        spread, (kernel_h, kernel_w, -1, spread_h, spread_w, channels)
+    )
+    folded = None
+    for u in range(kernel_h):
+        for v in range(kernel_w):
+            x = pad(
+                spread[u, v],
+                [
+                    (0, 0),
+                    (u, padded_h - u - spread_h),
+                    (v, padded_w - v - spread_w),
+                    (0, 0),
+                ],
+                constant_values=fill,
+            )
+            if folded is None:
+                folded = x
+            elif reduction == "sum":
+                folded = folded + x
+            else:
+                folded = ops.maximum(folded, x)
+    folded = folded[
+        :, pad_top : pad_top + grid_size[0], pad_left : pad_left + grid_size[1]
+    ]
+    if reduction == "max":
+        covered = coverage_counts(geometry, folded.dtype)
+        folded = ops.where(covered > 0, folded, ops.zeros_like(folded))
+    return folded
+
+
+def tile_by_slices(x, geometry):
+    """The tiles of `(batch, height, width, channels)` by a `Tiling`, as
+    one strided slice per kernel offset: `(kernel_h, kernel_w, batch,
+    out_h, out_w, channels)`.
+
+    For the small child-level tensors of the overlapping EM
+    normalisations: their gradient is then a pad per offset, where the
+    convolution behind `keras.ops.image.extract_patches` has the input
+    gradient of a strided convolution, which XLA runs slowly on CPU.
+    """
+    kernel_size, strides = geometry.kernel_size, geometry.strides
+    (out_h, out_w) = geometry.out_size
+    pad_top, pad_bottom, pad_left, pad_right = geometry.pads
+    if pad_top or pad_bottom or pad_left or pad_right:
+        x = pad(
+            x, ((0, 0), (pad_top, pad_bottom), (pad_left, pad_right), (0, 0))
+        )
+    span_h = (out_h - 1) * strides[0] + 1
+    span_w = (out_w - 1) * strides[1] + 1
+    rows = []
+    for u in range(kernel_size[0]):
+        row = [
+            x[:, u : u + span_h : strides[0], v : v + span_w : strides[1]]
+            for v in range(kernel_size[1])
+        ]
+        rows.append(ops.stack(row, axis=0))
+    return ops.stack(rows, axis=0)
+
+
+def _dilate(x, strides, fill):
+    """Spreads `(batch, h, w, ...)` to a stride grid, `fill` in between."""
+    if strides == (1, 1):
+        return x
+    _, h, w, *trailing = x.shape
+    x = x[:, :, None, :, None]
+    x = pad(
+        x,
+        [(0, 0), (0, 0), (0, strides[0] - 1), (0, 0), (0, strides[1] - 1)]
+        + [(0, 0)] * len(trailing),
+        constant_values=fill,
+    )
+    return ops.reshape(
+        x, (-1, h * strides[0], w * strides[1]) + tuple(trailing)
+    )
+
+
+def _lowest_finite(dtype):
+    dtype = keras.backend.standardize_dtype(dtype)
+    if dtype == "bfloat16":
+        # NumPy has no bfloat16; its range is float32's up to rounding, so
+        # a value just inside float32's lowest is safe.
+        return -3.38e38
+    return float(np.finfo(dtype).min)

@@ -1,0 +1,270 @@
+"""Outputs and one training step of every public op, layer and model.
+
+A check for refactors that should not change any number: run it on the
+tree before and after the change (each checkout on `PYTHONPATH`), on every
+backend, and compare the two files. Every computation uses fixed inputs and
+seeded weights, and only the public API, so the script runs unchanged on
+both sides of a refactor.
+
+Usage:
+    KERAS_BACKEND=jax python scripts/fixed_outputs.py --output before.npz
+    KERAS_BACKEND=jax python scripts/fixed_outputs.py --compare before.npz
+"""
+
+import argparse
+import sys
+
+import keras
+import numpy as np
+from keras import ops
+
+import keras_capsules
+from keras_capsules import layers
+from keras_capsules import losses
+from keras_capsules import models
+
+EM_SETTINGS = {
+    "official": {"iterations": 3, "final_lambda": 0.01, "mode": "official"},
+    "paper": {"iterations": 2, "final_lambda": 1e-3, "mode": "paper"},
+}
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _array(shape, seed, low=0.0, high=1.0):
+    return _rng(seed).uniform(low, high, shape).astype("float32")
+
+
+def _ops_outputs():
+    kc = keras_capsules.ops
+    out = {}
+    vectors = _array((4, 10, 8), 1, -1, 1)
+    out["squash"] = kc.squash(vectors)
+    votes = _array((4, 12, 5, 8), 2, -1, 1)
+    out["dynamic_routing"] = kc.dynamic_routing(votes, iterations=3)
+    em_votes = _array((2, 36, 5, 16), 3, -1, 1)
+    em_acts = _array((2, 36), 4)
+    beta = _array((5,), 5)
+    for name, setting in EM_SETTINGS.items():
+        out[f"em_routing_{name}"] = kc.em_routing(
+            em_votes, em_acts, beta, beta, **setting
+        )
+    conv_acts = _array((2, 6, 6, 4), 6)
+    for normalization in ("official", "window", "all_parents"):
+        for padding in ("valid", "same"):
+            out_size = 2 if padding == "valid" else 3
+            conv_votes = _array((2, out_size, out_size, 36, 3, 16), 7, -1, 1)
+            for name, setting in EM_SETTINGS.items():
+                out[f"em_conv_routing_{normalization}_{padding}_{name}"] = (
+                    kc.em_conv_routing(
+                        conv_votes,
+                        conv_acts,
+                        beta[:3],
+                        beta[:3],
+                        kernel_size=3,
+                        strides=2,
+                        padding=padding,
+                        normalization=normalization,
+                        return_assignments=True,
+                        **setting,
+                    )
+                )
+    images = _array((2, 20, 20, 8), 8)
+    kernel = _array((9, 9, 8, 16), 9, -0.1, 0.1)
+    out["conv2d"] = kc.conv2d(images, kernel, strides=2)
+    grid = _array((2, 7, 7, 4, 4, 4), 10)
+    tiles = kc.extract_capsule_patches(grid, 3, strides=2, padding="same")
+    out["extract_capsule_patches"] = tiles
+    for reduction in ("sum", "max"):
+        out[f"fold_capsule_patches_{reduction}"] = kc.fold_capsule_patches(
+            tiles, (7, 7), strides=2, padding="same", reduction=reduction
+        )
+    out["coordinate_grid"] = kc.coordinate_grid(3, 5, coordinate_scale=0.2)
+    for placement in ("official", "paper"):
+        out[f"add_coordinates_{placement}"] = kc.add_coordinates(
+            _array((2, 3, 3, 4, 5, 4, 4), 11), placement=placement
+        )
+    labels = np.eye(5, dtype="float32")[[0, 3]]
+    scores = _array((2, 5), 12)
+    out["margin_loss"] = losses.margin_loss(labels, scores)
+    out["spread_loss"] = losses.spread_loss(labels, scores)
+    return out
+
+
+def _layer_cases():
+    """(name, inputs as NumPy, layer factory) for every public layer."""
+    poses = _array((2, 6, 6, 4, 4, 4), 20, -1, 1)
+    acts = _array((2, 6, 6, 4), 21)
+    image = _array((2, 14, 14, 3), 22)
+    capsules = _array((2, 16, 8), 23, -1, 1)
+    grid = _array((2, 6, 6, 4, 8), 24, -1, 1)
+    cases = [
+        ("primary_caps", [image], lambda: layers.PrimaryCaps(4, 8, 5, 2)),
+        ("dense_caps", [capsules], lambda: layers.DenseCaps(5, 6)),
+        ("conv_caps", [grid], lambda: layers.ConvCaps(3, 6, 3, strides=2)),
+        ("length", [capsules], layers.Length),
+        ("mask", [capsules], layers.Mask),
+        ("primary_matrix_caps", [image], lambda: layers.PrimaryMatrixCaps(4)),
+    ]
+    for normalization in ("official", "window", "all_parents"):
+        for padding in ("valid", "same"):
+            cases.append(
+                (
+                    f"em_conv_caps_{normalization}_{padding}",
+                    [poses, acts],
+                    lambda n=normalization, p=padding: layers.EMConvCaps(
+                        3,
+                        kernel_size=3,
+                        strides=2,
+                        padding=p,
+                        routing_normalization=n,
+                    ),
+                )
+            )
+    official = dict(
+        routing_mode="official", routing_iterations=3, final_lambda=0.01
+    )
+    cases.append(
+        (
+            "em_conv_caps_official_mode",
+            [poses, acts],
+            lambda: layers.EMConvCaps(3, **official),
+        )
+    )
+    for placement in ("official", "paper"):
+        cases.append(
+            (
+                f"em_class_caps_{placement}",
+                [poses, acts],
+                lambda p=placement: layers.EMClassCaps(
+                    5, coordinate_placement=p
+                ),
+            )
+        )
+    cases.append(
+        (
+            "em_class_caps_official_mode",
+            [poses, acts],
+            lambda: layers.EMClassCaps(
+                5, coordinate_addition=False, **official
+            ),
+        )
+    )
+    return cases
+
+
+def _train_step(model, inputs, target):
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss="mse",
+        jit_compile=keras.backend.backend() != "torch",
+    )
+    loss = model.train_on_batch(inputs, target)
+    return [np.asarray(loss)] + [
+        ops.convert_to_numpy(w) for w in model.trainable_weights
+    ]
+
+
+def _flat_model(inputs, outputs):
+    if not isinstance(outputs, (list, tuple)):
+        outputs = [outputs]
+    flat = [keras.layers.Flatten()(o) for o in outputs]
+    joined = flat[0] if len(flat) == 1 else keras.layers.Concatenate()(flat)
+    return keras.Model(inputs, joined)
+
+
+def _layer_outputs():
+    out = {}
+    for name, arrays, make_layer in _layer_cases():
+        keras.utils.set_random_seed(0)
+        layer = make_layer()
+        inputs = [keras.Input(a.shape[1:]) for a in arrays]
+        call_inputs = inputs if len(inputs) > 1 else inputs[0]
+        model = _flat_model(inputs, layer(call_inputs))
+        out[f"{name}_call"] = model.predict(arrays, verbose=0)
+        target = _array(out[f"{name}_call"].shape, 30)
+        if model.trainable_weights:
+            out[f"{name}_step"] = _train_step(model, arrays, target)
+    return out
+
+
+def _model_outputs():
+    out = {}
+    images = _array((4, 28, 28, 1), 40)
+    labels = np.eye(10, dtype="float32")[[1, 3, 5, 7]]
+    keras.utils.set_random_seed(0)
+    capsnet = models.CapsNet(input_shape=(28, 28, 1), num_classes=10)
+    out["capsnet_predict"] = capsnet.predict(images, verbose=0)
+    out["capsnet_reconstruct"] = capsnet.reconstruct(images)
+    capsnet.compile(jit_compile=keras.backend.backend() != "torch")
+    out["capsnet_step"] = [np.asarray(capsnet.train_on_batch(images, labels))]
+    out["capsnet_step"] += [
+        ops.convert_to_numpy(w) for w in capsnet.trainable_weights
+    ]
+    keras.utils.set_random_seed(0)
+    matrix = models.MatrixCapsNet.from_preset(
+        "tiny", input_shape=(28, 28, 1), num_classes=10
+    )
+    out["matrix_capsnet_predict"] = matrix.predict(images, verbose=0)
+    out["matrix_capsnet_class_capsules"] = matrix.class_capsules(images)
+    matrix.compile(jit_compile=keras.backend.backend() != "torch")
+    out["matrix_capsnet_step"] = [
+        np.asarray(matrix.train_on_batch(images, labels))
+    ]
+    out["matrix_capsnet_step"] += [
+        ops.convert_to_numpy(w) for w in matrix.trainable_weights
+    ]
+    return out
+
+
+def _flatten(results):
+    arrays = {}
+    for name, value in results.items():
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                arrays[f"{name}/{i}"] = ops.convert_to_numpy(item)
+        else:
+            arrays[name] = ops.convert_to_numpy(value)
+    return arrays
+
+
+def compute():
+    results = {}
+    results.update(_ops_outputs())
+    results.update(_layer_outputs())
+    results.update(_model_outputs())
+    return _flatten(results)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--output", help="write the arrays to this .npz file")
+    group.add_argument("--compare", help="compare with this .npz file")
+    args = parser.parse_args(argv)
+    print(f"backend: {keras.backend.backend()}")
+    arrays = compute()
+    if args.output:
+        np.savez(args.output, **arrays)
+        print(f"{len(arrays)} arrays written to {args.output}")
+        return 0
+    reference = np.load(args.compare)
+    differ = 0
+    for name in sorted(set(reference.files) | set(arrays)):
+        if name not in arrays or name not in reference.files:
+            print(f"only on one side: {name}")
+            differ += 1
+            continue
+        a, b = reference[name], arrays[name]
+        if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
+            diff = np.max(np.abs(a - b)) if a.shape == b.shape else "shape"
+            print(f"differs: {name} (max abs difference {diff})")
+            differ += 1
+    print(f"{len(arrays) - differ} of {len(arrays)} arrays bit-identical")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
