@@ -10,25 +10,27 @@
 # each on the four MNIST .gz files in --mnist-dir (default: the 5,000-image
 # sample that ships with the package). Every result is written to OUT_DIR
 # as it is measured, a JSON file per throughput point and a log per
-# learning run whose every line is flushed, so a run cut short still
+# learning run whose every evaluation is flushed, so a run cut short still
 # returns what it measured. `--smoke` takes a few steps of each, to check
 # the script here on a CPU. Needs no TensorFlow: NumPy data only.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+usage="usage: benchmarks/gpu.sh OUT_DIR [--smoke] [--mnist-dir DIR]"
 
-out=${1:?usage: benchmarks/gpu.sh OUT_DIR [--smoke] [--mnist-dir DIR]}
+out=${1:?$usage}
 shift
 smoke=0
 mnist_dir=sample
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=1 ;;
-        --mnist-dir) mnist_dir=$2; shift ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
+        --mnist-dir) mnist_dir=$(realpath "${2:?$usage}"); shift ;;
+        *) echo "unknown argument: $1; $usage" >&2; exit 2 ;;
     esac
     shift
 done
 mkdir -p "$out"
+out=$(realpath "$out")
+cd "$(dirname "$0")/.."
 export KERAS_BACKEND=${KERAS_BACKEND:-jax}
 budget=${GPU_BUDGET_S:-330}
 deadline=$(( $(date +%s) + budget ))
@@ -55,11 +57,11 @@ run() {
 
 if [ "$smoke" = 1 ]; then
     timing=(--steps 1 --warmup 1)
-    capsnet_batches=4; matrix_batches=2,4
+    capsnet_batches=4; matrix_batches="2 4"
     learning=(--steps 2 --every 1 --test-images 50 --seeds 0)
 else
     timing=(--steps 10 --warmup 2)
-    capsnet_batches=100; matrix_batches=32,64
+    capsnet_batches=100; matrix_batches="32 64"
     # The packaged sample holds 5,000 training images: 150 steps of 32.
     steps=600; [ "$mnist_dir" = sample ] && steps=150
     learning=(--steps "$steps" --every 50 --test-images 1000 --seeds 0)
@@ -68,11 +70,14 @@ fi
 run capsnet_throughput python -m benchmarks.run --model capsnet \
     --batch "$capsnet_batches" "${timing[@]}" \
     --json "$out/capsnet_throughput.json"
+# One command, so one JSON file, per point: a cut run keeps the others.
 for preset in small full; do
-    run "matrix_capsnet_${preset}_throughput" python -m benchmarks.run \
-        --model matrix_capsnet --preset "$preset" --impl ours \
-        --batch "$matrix_batches" "${timing[@]}" \
-        --json "$out/matrix_capsnet_${preset}_throughput.json"
+    for batch in $matrix_batches; do
+        name="matrix_capsnet_${preset}_b${batch}_throughput"
+        run "$name" python -m benchmarks.run --model matrix_capsnet \
+            --preset "$preset" --impl ours --batch "$batch" "${timing[@]}" \
+            --json "$out/$name.json"
+    done
 done
 for model in "matrix_capsnet --preset small" "matrix_capsnet --preset full" \
     capsnet; do

@@ -4,8 +4,8 @@ Trains on the first `--steps * --batch` MNIST training images, in order
 (one pass, no augmentation), and measures the accuracy on the first
 `--test-images` test images every `--every` steps. Each seed runs in this
 process one after another; the curves, the arguments, the backend and the
-CPU model go to `--json`. This is how the EM defaults were chosen
-(docs/em_routing.md): every accuracy claim there comes from these curves.
+CPU model go to `--json`. This is how the EM defaults were screened
+(docs/design/em_routing_defaults.md).
 
 Models (`--model`):
 
@@ -18,7 +18,7 @@ Models (`--model`):
 - `capsnet`: `keras_capsules.models.CapsNet` with `compile()`'s defaults
   (or Adam at `--learning-rate`); the routing overrides do not apply.
 
-Layer options can be overridden for the routed layers of either model
+Layer options can be overridden for the routed layers of the two EM models
 (`--routing-normalization`, `--routing-mode`, `--routing-iterations`,
 `--final-lambda`, `--lambda-scale`, `--min-variance`, `--conv-stddev`,
 `--class-stddev`, `--beta`), which is how

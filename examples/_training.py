@@ -24,8 +24,9 @@ OFFICIAL_ADAM_EPSILON = _official.ADAM_EPSILON
 
 MATRIX_SMOKE_STEPS = 3
 # With the cosine decay to zero, Adam's starting rate 0.04 learned most in
-# one epoch of MNIST of the rates 0.005-0.08 (docs/em_routing.md keeps the
-# figures); the official decay keeps the official rate.
+# one epoch of MNIST of the rates 0.005-0.08 (the figures are in
+# docs/design/em_routing_defaults.md); the official decay keeps the
+# official rate.
 COSINE_LEARNING_RATE = 0.04
 
 

@@ -107,10 +107,11 @@ def check_positive_number(value, name, allow_none=False):
         isinstance(value, bool)
         or not isinstance(value, (int, float, np.integer, np.floating))
         or not value > 0
+        or not math.isfinite(value)
     ):
-        expected = "a positive number"
+        expected = "a finite positive number"
         if allow_none:
-            expected = "None or a positive number"
+            expected = "None or a finite positive number"
         raise ValueError(
             f"Argument {name} must be {expected}. Received: {name}={value}"
         )

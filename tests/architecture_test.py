@@ -32,60 +32,93 @@ def _is_own_module(path, module):
     return False
 
 
+def _absolute(path, node):
+    """The module a `from ... import` names, relative imports resolved."""
+    if not node.level:
+        return node.module
+    package = path.relative_to(_ROOT).parent.parts
+    package = package[: len(package) - node.level + 1]
+    return ".".join(package + ((node.module,) if node.module else ()))
+
+
+def _dotted(node, aliases):
+    """The module path that the expression `node` names, or `None`."""
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value, aliases)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
 def _private_uses(path):
     """`(line, text)` of every private name of another module that `path`
-    uses."""
+    uses: imported by name, or read as an attribute of a module."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    uses, own_modules = [], set()
+    uses, aliases = [], {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if _is_own_module(path, alias.name):
-                    own_modules.add((alias.asname or alias.name).split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            if not _is_own_module(path, node.module):
+                    if alias.asname:
+                        aliases[alias.asname] = alias.name
+                    else:
+                        root = alias.name.split(".")[0]
+                        aliases[root] = root
+        elif isinstance(node, ast.ImportFrom):
+            module = _absolute(path, node)
+            if not module or not _is_own_module(path, module):
                 continue
             for alias in node.names:
-                submodule = f"{node.module}.{alias.name}"
+                submodule = f"{module}.{alias.name}"
                 if _is_own_module(path, submodule):
-                    own_modules.add(alias.asname or alias.name)
+                    aliases[alias.asname or alias.name] = submodule
                 elif _is_private(alias.name):
                     uses.append(
-                        (node.lineno, f"from {node.module} import {alias.name}")
+                        (node.lineno, f"from {module} import {alias.name}")
                     )
     for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+            continue
+        module = _dotted(node.value, aliases)
         if (
-            isinstance(node, ast.Attribute)
-            and _is_private(node.attr)
-            and isinstance(node.value, ast.Name)
-            and node.value.id in own_modules
+            module is not None
+            and _is_own_module(path, module)
+            and not _is_own_module(path, f"{module}.{node.attr}")
         ):
-            uses.append((node.lineno, f"{node.value.id}.{node.attr}"))
+            uses.append((node.lineno, f"{module}.{node.attr}"))
     return uses
 
 
 class ArchitectureTest(TestCase):
     def test_no_private_name_crosses_a_module(self):
         found = []
+        paths = [_ROOT / "conftest.py"]
         for folder in _FOLDERS:
-            for path in sorted((_ROOT / folder).rglob("*.py")):
-                for line, text in _private_uses(path):
-                    found.append(f"{path.relative_to(_ROOT)}:{line}: {text}")
+            paths += sorted((_ROOT / folder).rglob("*.py"))
+        for path in paths:
+            for line, text in _private_uses(path):
+                found.append(f"{path.relative_to(_ROOT)}:{line}: {text}")
         self.assertEqual(found, [])
 
     def test_the_checker_finds_private_uses(self):
         path = pathlib.Path(self.get_temp_dir()) / "example.py"
         path.write_text(
+            "import keras_capsules.ops.patches\n"
+            "from keras_capsules import ops\n"
             "from keras_capsules.ops import em\n"
             "from keras_capsules.ops.patches import _check_static\n"
             "from keras_capsules.ops import _tiles\n"
-            "em._DEFAULTS, _tiles.fold_tiles\n"
+            "em._DEFAULTS, _tiles.fold_tiles, ops._tiles.fold_tiles\n"
+            "keras_capsules.ops.patches._check_static, ops.em._DEFAULTS\n"
         )
         self.assertEqual(
-            [text for _, text in _private_uses(path)],
+            sorted(text for _, text in _private_uses(path)),
             [
                 "from keras_capsules.ops.patches import _check_static",
-                "em._DEFAULTS",
+                "keras_capsules.ops.em._DEFAULTS",
+                "keras_capsules.ops.em._DEFAULTS",
+                "keras_capsules.ops.patches._check_static",
             ],
         )
 

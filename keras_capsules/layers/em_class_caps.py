@@ -66,7 +66,7 @@ class EMClassCaps(keras.layers.Layer):
             Defaults to `1e-3` (as `EMConvCaps`; the official class layer
             uses `0.0025`). Configs saved with the former `lambda_scale`
             argument still load: their `final_lambda * lambda_scale`
-            becomes `final_lambda`, with a `DeprecationWarning`.
+            becomes `final_lambda`, with a `FutureWarning`.
         min_variance: Positive float, the floor added to every variance.
             Defaults to `5e-4`.
         routing_mode: `"official"` or `"paper"`, the forms of the M-step
@@ -267,7 +267,7 @@ def _fold_lambda_scale(final_lambda, kwargs):
         "EMClassCaps(lambda_scale=) is deprecated and will be removed: "
         "pass final_lambda * lambda_scale as final_lambda. Received: "
         f"final_lambda={final_lambda}, lambda_scale={lambda_scale}",
-        DeprecationWarning,
+        FutureWarning,
         stacklevel=3,
     )
     return check_positive_number(final_lambda, "final_lambda") * lambda_scale

@@ -3,9 +3,8 @@
 From the official code (google-research, capsule_em/experiment.py and
 model.py): Adam, learning rate 0.01 decayed (continuously) by 0.96 every
 20k steps, batch 64. Its TensorFlow 1 Adam has epsilon 1e-8, not Keras'
-1e-7: in a network trained with 1e-7, 39-47 % of the primary-capsule and
-ConvCaps1 transform entries had gradient RMS below 1e-7, where that
-epsilon damps their steps (docs/design/em_routing_defaults.md).
+1e-7, which damps the steps of the many transform entries whose gradients
+are that small (docs/design/em_routing_defaults.md).
 `MatrixCapsNet.compile()`, the example scripts and the benchmarks read it
 here.
 """

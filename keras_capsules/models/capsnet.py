@@ -309,7 +309,7 @@ class CapsNet(keras.Model):
             **kwargs: Other arguments of `keras.Model.compile`.
         """
         if isinstance(jit_compile, str) and jit_compile == "auto":
-            jit_compile = default_jit_compile(self)
+            jit_compile = default_jit_compile(self, kwargs.get("run_eagerly"))
         if optimizer == "auto":
             optimizer = keras.optimizers.Adam(
                 learning_rate=keras.optimizers.schedules.ExponentialDecay(

@@ -87,8 +87,8 @@ class MatrixCapsNet(keras.Model):
     M-step with an inverse temperature of 1e-3 and `beta_v = beta_a = 0`
     at the start. With the official routing setting instead (3
     iterations, the official M-step with `final_beta` 0.01 and its `5000
-    * beta_a` term, and the all-parents normalisation of the official
-    code's later path) the network stayed near chance.
+    * beta_a` term), together with the all-parents normalisation of the
+    official code's later path, the network stayed near chance.
 
     The spread-loss margin is real state: the model owns `spread_margin`,
     a non-trainable scalar `keras.Variable` that starts at 0.2, and
@@ -366,7 +366,7 @@ class MatrixCapsNet(keras.Model):
             **kwargs: Other arguments of `keras.Model.compile`.
         """
         if isinstance(jit_compile, str) and jit_compile == "auto":
-            jit_compile = default_jit_compile(self)
+            jit_compile = default_jit_compile(self, kwargs.get("run_eagerly"))
         if isinstance(optimizer, str) and optimizer == "auto":
             optimizer = keras.optimizers.Adam(
                 learning_rate=keras.optimizers.schedules.ExponentialDecay(

@@ -16,13 +16,11 @@ fastest formulation differs, they ask a function here:
   with each pose in one piece (`_layout.PositionsFirst`), plain sums,
   plain `keras.ops.conv`, and padding by concatenation (`_padding`).
 
-Symbolic tensors (functional model construction) only need shapes and
-always take the plain forms.
+Symbolic tensors (functional model construction) only need shapes: they
+take plain sums and `keras.ops.pad`.
 """
 
 import keras
-
-from keras_capsules.ops import _layout
 
 
 def compiles_with_xla():
@@ -30,26 +28,28 @@ def compiles_with_xla():
     return keras.backend.backend() in ("tensorflow", "jax")
 
 
-def default_jit_compile(model):
+def default_jit_compile(model, run_eagerly=False):
     """The `jit_compile` that the models' `compile()` use for `"auto"`.
 
     XLA wherever the backend compiles with it: Keras' own `"auto"` turns
     XLA off for TensorFlow on a machine without a GPU, which made a
     MatrixCapsNet epoch about 4x slower there (docs/performance.md).
-    Under a `tf.distribute` strategy, where Keras leaves XLA off, and on
-    PyTorch, Keras' `"auto"` decides.
+    Eagerly, under a `tf.distribute` strategy (where Keras leaves XLA
+    off) and on PyTorch, Keras' `"auto"` decides.
     """
-    if not compiles_with_xla() or getattr(model, "_distribute_strategy", None):
+    if (
+        run_eagerly
+        or not compiles_with_xla()
+        or getattr(model, "_distribute_strategy", None)
+    ):
         return "auto"
     return True
 
 
-def vote_layout(geometry, num_in):
-    """The layout in which `EMConvCaps` writes and routes its votes, for
-    the windows of a `Tiling` over `num_in` input types."""
-    if compiles_with_xla():
-        return _layout.ChildrenFirst(geometry, num_in)
-    return _layout.PositionsFirst(geometry, num_in)
+def routes_children_first():
+    """Whether `EMConvCaps` writes and routes its votes children first
+    (`_layout.vote_layout` builds the layout object)."""
+    return compiles_with_xla()
 
 
 def chunked_sums(x):

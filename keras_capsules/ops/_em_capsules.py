@@ -10,8 +10,8 @@ from keras import ops
 
 from keras_capsules.ops import _em_core
 from keras_capsules.ops import _tiles
-from keras_capsules.ops._backend import vote_layout
 from keras_capsules.ops._geometry import tiling
+from keras_capsules.ops._layout import vote_layout
 from keras_capsules.ops.patches import add_coordinates
 
 
@@ -33,9 +33,9 @@ def conv_capsules(
     `poses` is `(batch, height, width, num_in, pose_size, pose_size)`,
     `kernel` `(kernel_h, kernel_w, num_in, num_out, pose_size,
     pose_size)`. The votes are written and routed in the layout that
-    `_backend.vote_layout` picks. Returns poses `(batch, out_h, out_w,
-    num_out, pose_size, pose_size)` and activations `(batch, out_h, out_w,
-    num_out)`.
+    `_layout.vote_layout` gives for this backend. Returns poses `(batch,
+    out_h, out_w, num_out, pose_size, pose_size)` and activations `(batch,
+    out_h, out_w, num_out)`.
     """
     geometry = tiling(tuple(poses.shape[1:3]), kernel_size, strides, padding)
     layout = vote_layout(geometry, poses.shape[3])

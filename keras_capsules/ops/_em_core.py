@@ -199,10 +199,10 @@ def route_conv(
         # For every window entry and type, the `reduction` of `x` over all
         # the window entries that hold the same child; `x` has a trailing
         # type axis (of size 1 to gather over all types at once).
-        tiles = layout.offsets_first(x)
-        folded = _tiles.fold_tiles(tiles, geometry, reduction)
-        tiled = _tiles.tile_by_slices(folded, geometry)
-        return layout.from_offsets_first(tiled, x.shape[-1])
+        order = layout.tile_order
+        folded = _tiles.fold_tiles(layout.tiles(x), geometry, reduction, order)
+        tiled = _tiles.tile_by_slices(folded, geometry, order)
+        return layout.from_tiles(tiled, x.shape[-1])
 
     child_activations = layout.children(
         _tiles.extract_tiles(ops.cast(activations, compute_dtype), geometry)

@@ -3,8 +3,9 @@
 Convolutional EM routing (`_em_core.route_conv`) never asks which layout
 its votes are in: it reads the axes from a layout object and asks it to
 move tensors between the layout and the kernel tiles.
-`_backend.vote_layout` picks the layout `EMConvCaps` uses; the public
-`em_conv_routing` takes its votes positions first on every backend.
+`vote_layout` builds the layout `EMConvCaps` uses, as
+`_backend.routes_children_first` decides; the public `em_conv_routing`
+takes its votes positions first on every backend.
 
 - `ChildrenFirst`: votes `(children, batch, out_h, out_w, pose_rows,
   num_out, pose_cols)`, the layout a batched matmul over the children
@@ -15,10 +16,22 @@ move tensors between the layout and the kernel tiles.
 Children are ordered `(kernel row, kernel column, input type)`, the order
 of `extract_capsule_patches` flattened. Child-level tensors (activations,
 assignments) have the layout's axes with size 1 on the pose axes, or, as
-`children` returns them, no pose axes and a trailing axis of parent types.
+`children` returns them, no pose axes (and, inside the routing, a
+trailing axis of parent types).
 """
 
 from keras import ops
+
+from keras_capsules.ops import _tiles
+from keras_capsules.ops._backend import routes_children_first
+
+
+def vote_layout(geometry, num_in):
+    """The layout in which `EMConvCaps` writes and routes its votes on this
+    backend, for the windows of a `Tiling` over `num_in` input types."""
+    if routes_children_first():
+        return ChildrenFirst(geometry, num_in)
+    return PositionsFirst(geometry, num_in)
 
 
 class VoteLayout:
@@ -45,6 +58,7 @@ class ChildrenFirst(VoteLayout):
     child_axis = 0
     parent_axis = 5
     pose_axes = (4, 6)
+    tile_order = _tiles.OFFSETS_FIRST
 
     def votes(self, tiles, kernel):
         """`V = M W` of every window entry, in this layout.
@@ -86,18 +100,18 @@ class ChildrenFirst(VoteLayout):
         """`(child-level..., num_out)` -> the rank of the votes."""
         return x[:, :, :, :, None, :, None]
 
-    def offsets_first(self, x):
-        """Child-level `x` with a trailing type axis -> tiles `(kernel_h,
-        kernel_w, batch', out_h, out_w, types)`: each input type joins the
-        batch axis, and nothing is transposed."""
+    def tiles(self, x):
+        """Child-level `x` with a trailing type axis -> tiles in
+        `tile_order`, `(kernel_h, kernel_w, batch', out_h, out_w, types)`:
+        each input type joins the batch axis, and nothing is transposed."""
         kernel_h, kernel_w = self.geometry.kernel_size
         out_h, out_w = self.geometry.out_size
         return ops.reshape(
             x, (kernel_h, kernel_w, -1, out_h, out_w, x.shape[-1])
         )
 
-    def from_offsets_first(self, tiles, types):
-        """The inverse of `offsets_first`."""
+    def from_tiles(self, tiles, types):
+        """The inverse of `tiles`."""
         out_h, out_w = self.geometry.out_size
         return ops.reshape(tiles, (self.num_children, -1, out_h, out_w, types))
 
@@ -122,6 +136,7 @@ class PositionsFirst(VoteLayout):
     child_axis = 3
     parent_axis = 4
     pose_axes = (5,)
+    tile_order = _tiles.OFFSETS_LAST
 
     def votes(self, tiles, kernel):
         """`V = M W` of every window entry, in this layout.
@@ -163,26 +178,25 @@ class PositionsFirst(VoteLayout):
         """`(child-level..., num_out)` -> the rank of the votes."""
         return x[..., None]
 
-    def offsets_first(self, x):
-        """Child-level `x` with a trailing type axis -> tiles `(kernel_h,
-        kernel_w, batch, out_h, out_w, num_in * types)`."""
+    def tiles(self, x):
+        """Child-level `x` with a trailing type axis -> tiles in
+        `tile_order`, `(batch, out_h, out_w, kernel_h, kernel_w, num_in *
+        types)`."""
         kernel_h, kernel_w = self.geometry.kernel_size
         out_h, out_w = self.geometry.out_size
         channels = self.num_in * x.shape[-1]
-        x = ops.reshape(x, (-1, out_h, out_w, kernel_h, kernel_w, channels))
-        return ops.transpose(x, (3, 4, 0, 1, 2, 5))
+        return ops.reshape(x, (-1, out_h, out_w, kernel_h, kernel_w, channels))
 
-    def from_offsets_first(self, tiles, types):
-        """The inverse of `offsets_first`."""
+    def from_tiles(self, tiles, types):
+        """The inverse of `tiles`."""
         out_h, out_w = self.geometry.out_size
-        tiles = ops.transpose(tiles, (2, 3, 4, 0, 1, 5))
         return ops.reshape(tiles, (-1, out_h, out_w, self.num_children, types))
 
     def poses(self, mean):
         """The routed means -> poses `(batch, out_h, out_w, num_out,
         pose_size)`."""
         out_h, out_w = self.geometry.out_size
-        num_out, pose_size = mean.shape[4:]
+        num_out, pose_size = self.parents(mean)
         return ops.reshape(mean, (-1, out_h, out_w, num_out, pose_size))
 
     def assignments(self, assignments):

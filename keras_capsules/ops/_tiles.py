@@ -3,9 +3,11 @@
 The machinery behind `patches.extract_capsule_patches` and
 `patches.fold_capsule_patches`, shared with EM routing, which calls it
 with a `Tiling` (`_geometry.tiling`) computed once per call. Folds and
-strided tilings take and give tiles offsets first, `(kernel_h, kernel_w,
-batch, out_h, out_w, channels)`: each kernel offset is then one leading
-index, and the children-first EM layout needs no transpose.
+strided tilings take and give tiles in either of two orders, objects that
+know their axes: `OFFSETS_LAST`, `(batch, out_h, out_w, kernel_h,
+kernel_w, channels)` as `extract_capsule_patches` gives them, and
+`OFFSETS_FIRST`, `(kernel_h, kernel_w, batch, out_h, out_w, channels)`,
+in which the children-first EM layout needs no transpose.
 
 Constants are built from Keras ops, not NumPy: under `torch.compile`
 (`jit_compile=True` on PyTorch) NumPy arrays turned into tensors break the
@@ -20,6 +22,40 @@ import numpy as np
 from keras import ops
 
 from keras_capsules.ops._padding import pad
+
+
+class OffsetsLast:
+    """Tiles `(batch, out_h, out_w, kernel_h, kernel_w, channels)`."""
+
+    offset_axis = 3
+
+    def merged_channels(self, kernel_size, channels):
+        return kernel_size[0] * kernel_size[1] * channels
+
+    def spread_shape(self, kernel_size, spread_size, channels):
+        return (-1,) + spread_size + kernel_size + (channels,)
+
+    def offset(self, spread, u, v):
+        return spread[:, :, :, u, v]
+
+
+class OffsetsFirst:
+    """Tiles `(kernel_h, kernel_w, batch, out_h, out_w, channels)`."""
+
+    offset_axis = 0
+
+    def merged_channels(self, kernel_size, channels):
+        return channels
+
+    def spread_shape(self, kernel_size, spread_size, channels):
+        return kernel_size + (-1,) + spread_size + (channels,)
+
+    def offset(self, spread, u, v):
+        return spread[u, v]
+
+
+OFFSETS_LAST = OffsetsLast()
+OFFSETS_FIRST = OffsetsFirst()
 
 
 def extract_tiles(inputs, geometry):
@@ -59,14 +95,15 @@ def coverage_counts(geometry, dtype):
     """How many tiles of the `Tiling` contain each grid position: `(1,
     height, width, 1)`, the fold of all-ones tiles."""
     ones = ops.ones(
-        geometry.kernel_size + (1,) + geometry.out_size + (1,), dtype
+        (1,) + geometry.out_size + geometry.kernel_size + (1,), dtype
     )
-    return fold_tiles(ones, geometry, "sum")
+    return fold_tiles(ones, geometry, "sum", OFFSETS_LAST)
 
 
-def fold_tiles(tiles, geometry, reduction):
-    """`fold_capsule_patches` of tiles `(kernel_h, kernel_w, batch, out_h,
-    out_w, channels)` by a `Tiling`: `(batch, height, width, channels)`.
+def fold_tiles(tiles, geometry, reduction, order):
+    """`fold_capsule_patches` of tiles with one channel axis, in `order`
+    (`OFFSETS_LAST` or `OFFSETS_FIRST`), by a `Tiling`: `(batch, height,
+    width, channels)`.
     """
     grid_size, kernel_size, strides = (
         geometry.grid_size,
@@ -89,16 +126,17 @@ def fold_tiles(tiles, geometry, reduction):
     # Spread the tiles onto the stride grid once (the other axes merged, as
     # TensorFlow pads tensors of rank 8 at most); each kernel offset is then
     # one slice and one pad.
-    spread = ops.reshape(tiles, (-1, out_h, out_w, channels))
+    merged = order.merged_channels(kernel_size, channels)
+    spread = ops.reshape(tiles, (-1, out_h, out_w, merged))
     spread = _dilate(spread, strides, fill)[:, :spread_h, :spread_w]
     spread = ops.reshape(
-        spread, (kernel_h, kernel_w, -1, spread_h, spread_w, channels)
+        spread, order.spread_shape(kernel_size, (spread_h, spread_w), channels)
     )
     folded = None
     for u in range(kernel_h):
         for v in range(kernel_w):
             x = pad(
-                spread[u, v],
+                order.offset(spread, u, v),
                 [
                     (0, 0),
                     (u, padded_h - u - spread_h),
@@ -122,10 +160,9 @@ def fold_tiles(tiles, geometry, reduction):
     return folded
 
 
-def tile_by_slices(x, geometry):
-    """The tiles of `(batch, height, width, channels)` by a `Tiling`, as
-    one strided slice per kernel offset: `(kernel_h, kernel_w, batch,
-    out_h, out_w, channels)`.
+def tile_by_slices(x, geometry, order):
+    """The tiles of `(batch, height, width, channels)` by a `Tiling`, in
+    `order`, as one strided slice per kernel offset.
 
     For the small child-level tensors of the overlapping EM
     normalisations: their gradient is then a pad per offset, where the
@@ -147,8 +184,8 @@ def tile_by_slices(x, geometry):
             x[:, u : u + span_h : strides[0], v : v + span_w : strides[1]]
             for v in range(kernel_size[1])
         ]
-        rows.append(ops.stack(row, axis=0))
-    return ops.stack(rows, axis=0)
+        rows.append(ops.stack(row, axis=order.offset_axis))
+    return ops.stack(rows, axis=order.offset_axis)
 
 
 def _dilate(x, strides, fill):

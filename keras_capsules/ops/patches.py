@@ -163,8 +163,7 @@ def fold_capsule_patches(
     tiles = ops.reshape(
         patches, (-1, out_h, out_w) + tuple(kernel_size) + (channels,)
     )
-    tiles = ops.transpose(tiles, (3, 4, 0, 1, 2, 5))
-    folded = _tiles.fold_tiles(tiles, geometry, reduction)
+    folded = _tiles.fold_tiles(tiles, geometry, reduction, _tiles.OFFSETS_LAST)
     folded = ops.reshape(folded, (-1,) + grid_size + trailing)
     return folded
 

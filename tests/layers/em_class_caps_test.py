@@ -157,7 +157,7 @@ class EMClassCapsTest(TestCase):
         self.assertNotIn("lambda_scale", config)
         config["lambda_scale"] = 0.25
         with self.assertWarnsRegex(
-            DeprecationWarning, r"lambda_scale.*final_lambda=0.01"
+            FutureWarning, r"lambda_scale.*final_lambda=0.01"
         ):
             layer = EMClassCaps.from_config(config)
         self.assertAlmostEqual(layer.final_lambda, 0.0025)

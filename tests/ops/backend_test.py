@@ -1,7 +1,6 @@
 import keras
 
 from keras_capsules import models
-from keras_capsules.ops import _backend
 from keras_capsules.ops import _layout
 from keras_capsules.ops._geometry import tiling
 from keras_capsules.testing import TestCase
@@ -12,7 +11,7 @@ _XLA = keras.backend.backend() in ("tensorflow", "jax")
 class BackendTest(TestCase):
     def test_vote_layout(self):
         geometry = tiling((6, 6), (3, 3), (2, 2), "valid")
-        layout = _backend.vote_layout(geometry, 4)
+        layout = _layout.vote_layout(geometry, 4)
         expected = _layout.ChildrenFirst if _XLA else _layout.PositionsFirst
         self.assertIsInstance(layout, expected)
         self.assertEqual(layout.num_children, 36)

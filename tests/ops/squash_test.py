@@ -132,12 +132,16 @@ class SquashTest(TestCase):
         self.assertEqual(tuple(output.shape), (None, 3, 8))
 
     @parameterized.named_parameters(
-        ("zero", 0), ("negative", -1.0), ("string", "1"), ("bool", True)
+        ("zero", 0),
+        ("negative", -1.0),
+        ("infinite", float("inf")),
+        ("string", "1"),
+        ("bool", True),
     )
     def test_invalid_offset_raises(self, offset):
         with self.assertRaisesRegex(
             ValueError,
-            r"Argument offset must be a positive number\. "
+            r"Argument offset must be a finite positive number\. "
             rf"Received: offset={offset}$",
         ):
             squash(np.ones((2, 3), dtype="float32"), offset=offset)
