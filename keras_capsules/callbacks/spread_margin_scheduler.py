@@ -269,9 +269,7 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None and self._margins:
-            # On JAX, reading `self.model` writes the training state back
-            # into the variables.
-            self.model
+            self._synced_model()
             logs["spread_margin"] = float(
                 ops.convert_to_numpy(self._margins[0])
             )
@@ -323,14 +321,17 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
     def _set_margin(self, batch):
         margin = self.margin_at(self._position(batch))
         if margin != self._last_margin:
-            # On JAX, reading `self.model` writes the training state back
-            # into the variables and makes the next step read them again,
-            # so the value assigned here reaches the next compiled step.
-            self.model
+            self._synced_model()
             for variable in self._margins:
                 variable.assign(margin)
             self._last_margin = margin
         return margin
+
+    def _synced_model(self):
+        # On JAX, `Callback.model` writes the training state back into the
+        # variables and makes the next step read them again, so a value
+        # assigned after this call reaches the next compiled step.
+        return self.model
 
     def get_config(self):
         schedule = self.schedule
