@@ -13,7 +13,7 @@ from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.layers.primary_caps import PrimaryCaps
 from keras_capsules.losses.margin_loss import MarginLoss
-from keras_capsules.ops._backend import default_jit_compile
+from keras_capsules.ops._backend import resolve_jit_compile
 
 
 def _check_decoder_units(decoder_units):
@@ -308,8 +308,9 @@ class CapsNet(keras.Model):
                 (docs/performance.md). Defaults to `"auto"`.
             **kwargs: Other arguments of `keras.Model.compile`.
         """
-        if isinstance(jit_compile, str) and jit_compile == "auto":
-            jit_compile = default_jit_compile(self, kwargs.get("run_eagerly"))
+        jit_compile = resolve_jit_compile(
+            self, jit_compile, kwargs.get("run_eagerly")
+        )
         if optimizer == "auto":
             optimizer = keras.optimizers.Adam(
                 learning_rate=keras.optimizers.schedules.ExponentialDecay(

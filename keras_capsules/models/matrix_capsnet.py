@@ -15,7 +15,7 @@ from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps
 from keras_capsules.losses.spread_loss import SpreadLoss
 from keras_capsules.models import _official
 from keras_capsules.ops import _em_core
-from keras_capsules.ops._backend import default_jit_compile
+from keras_capsules.ops._backend import resolve_jit_compile
 from keras_capsules.ops._geometry import conv_output_length
 
 # Conv1 is a 5x5 stride-2 valid convolution and the two convolutional
@@ -365,8 +365,9 @@ class MatrixCapsNet(keras.Model):
                 (docs/performance.md). Defaults to `"auto"`.
             **kwargs: Other arguments of `keras.Model.compile`.
         """
-        if isinstance(jit_compile, str) and jit_compile == "auto":
-            jit_compile = default_jit_compile(self, kwargs.get("run_eagerly"))
+        jit_compile = resolve_jit_compile(
+            self, jit_compile, kwargs.get("run_eagerly")
+        )
         if isinstance(optimizer, str) and optimizer == "auto":
             optimizer = keras.optimizers.Adam(
                 learning_rate=keras.optimizers.schedules.ExponentialDecay(

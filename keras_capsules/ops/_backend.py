@@ -28,15 +28,18 @@ def compiles_with_xla():
     return keras.backend.backend() in ("tensorflow", "jax")
 
 
-def default_jit_compile(model, run_eagerly=False):
-    """The `jit_compile` that the models' `compile()` use for `"auto"`.
+def resolve_jit_compile(model, jit_compile, run_eagerly=False):
+    """The `jit_compile` that the models' `compile()` pass to Keras.
 
-    XLA wherever the backend compiles with it: Keras' own `"auto"` turns
-    XLA off for TensorFlow on a machine without a GPU, which made a
-    MatrixCapsNet epoch about 4x slower there (docs/performance.md).
-    Eagerly, under a `tf.distribute` strategy (where Keras leaves XLA
-    off) and on PyTorch, Keras' `"auto"` decides.
+    A value other than `"auto"` is the caller's and is kept. `"auto"`
+    means XLA wherever the backend compiles with it: Keras' own `"auto"`
+    turns XLA off for TensorFlow on a machine without a GPU, which made a
+    MatrixCapsNet epoch several times slower there (docs/performance.md).
+    Eagerly, under a `tf.distribute` strategy (where Keras leaves XLA off)
+    and on PyTorch, Keras' `"auto"` decides.
     """
+    if not (isinstance(jit_compile, str) and jit_compile == "auto"):
+        return jit_compile
     if (
         run_eagerly
         or not compiles_with_xla()

@@ -48,9 +48,6 @@ DEFAULTS = Options(
     mode="paper",
 )
 DEFAULT_NORMALIZATION = "official"
-# The official code's setting (google-research/capsule_em): 3 iterations,
-# `final_beta` 0.01 and its forms of the M-step.
-OFFICIAL = {"iterations": 3, "final_lambda": 0.01, "mode": "official"}
 
 # The argument names of the ops; the layers pass their own.
 OP_NAMES = Options(

@@ -19,9 +19,12 @@ from keras_capsules.ops._layout import PositionsFirst
 
 _DEFAULTS = _em_core.DEFAULTS
 
-# The official code's setting, as read-only keyword arguments of
-# `em_routing` and `em_conv_routing`.
-OFFICIAL_EM_OPTIONS = types.MappingProxyType(_em_core.OFFICIAL)
+# The official code's setting (google-research/capsule_em: 3 iterations,
+# `final_beta` 0.01 and its forms of the M-step), as read-only keyword
+# arguments of `em_routing` and `em_conv_routing`.
+OFFICIAL_EM_OPTIONS = types.MappingProxyType(
+    {"iterations": 3, "final_lambda": 0.01, "mode": "official"}
+)
 
 
 def em_routing(
