@@ -317,3 +317,40 @@ def em_class_votes(poses, kernel, placement, scale):
     if placement is not None:
         votes = add_coordinates(votes, placement, scale)
     return votes.reshape(batch, height * width * num_in, num_classes, 16)
+
+
+def affine_warp(
+    image, rotation, shear, scale_x, scale_y, shift_x, shift_y, out_shape
+):
+    """The affine warp of `datasets.affine_mnist`, one output pixel at a
+    time: around the image centres, with `x` right and `y` up, a point `p`
+    goes to `R(rotation) H(shear) S(scale_x, scale_y) p + (shift_x,
+    -shift_y)`; each output pixel is the bilinear interpolation of the input
+    at the point it comes from, with zeros outside the input."""
+    image = np.asarray(image, dtype="float64")
+    height, width = image.shape
+    out_height, out_width = out_shape
+    theta = np.deg2rad(rotation)
+    rotation_matrix = np.array(
+        [[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]]
+    )
+    shear_matrix = np.array([[1.0, shear], [0.0, 1.0]])
+    scale_matrix = np.array([[scale_x, 0.0], [0.0, scale_y]])
+    inverse = np.linalg.inv(rotation_matrix @ shear_matrix @ scale_matrix)
+    out = np.zeros(out_shape)
+    for row in range(out_height):
+        for col in range(out_width):
+            x = col - (out_width - 1) / 2 - shift_x
+            y = (out_height - 1) / 2 + shift_y - row
+            source_x, source_y = inverse @ np.array([x, y])
+            source_col = (width - 1) / 2 + source_x
+            source_row = (height - 1) / 2 - source_y
+            row0, col0 = int(np.floor(source_row)), int(np.floor(source_col))
+            for r in (row0, row0 + 1):
+                for c in (col0, col0 + 1):
+                    if 0 <= r < height and 0 <= c < width:
+                        weight = (1 - abs(source_row - r)) * (
+                            1 - abs(source_col - c)
+                        )
+                        out[row, col] += weight * image[r, c]
+    return out

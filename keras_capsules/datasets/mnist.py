@@ -111,6 +111,81 @@ def read_idx(path):
     return array.reshape(shape).astype(dtype.newbyteorder("="))
 
 
+def load_arrays(split="train", manual_dir=None, data_dir=None):
+    """Loads a whole MNIST split as NumPy arrays of the original values.
+
+    With `manual_dir`, the two idx files of the split are read from there
+    (`train-*` or `t10k-*`, gzipped or not, with or without the `.gz`
+    suffix) and TensorFlow is not needed. Without it, the split is read
+    from the dataset prepared by TensorFlow Datasets in `data_dir` (see
+    `load`). The generators of `multi_mnist` and `affine_mnist` start from
+    these arrays.
+
+    Args:
+        split: `"train"` or `"test"`. Defaults to `"train"`.
+        manual_dir: Optional folder with the original idx files. Defaults
+            to `None`.
+        data_dir: TFDS data directory holding the prepared dataset, used
+            when `manual_dir` is `None`. `None` uses the TFDS default.
+            Defaults to `None`.
+
+    Returns:
+        A tuple `(images, labels)`: `images` uint8 of shape `(N, 28, 28)`,
+        `labels` uint8 class indices of shape `(N,)`: in the order of the
+        idx files, or in the order TFDS stores them.
+
+    Raises:
+        ValueError: If `split` is invalid or a file is not an idx file.
+        TypeError: If a path argument has the wrong type.
+        FileNotFoundError: If `manual_dir` lacks a file of the split, or,
+            without `manual_dir`, if the dataset is not prepared.
+        ImportError: If, without `manual_dir`, TensorFlow or TensorFlow
+            Datasets is not installed.
+
+    Example:
+
+    ```python
+    images, labels = keras_capsules.datasets.mnist.load_arrays(
+        "test", manual_dir="data/mnist"
+    )  # (10000, 28, 28) and (10000,), uint8
+    ```
+    """
+    fn = "mnist.load_arrays"
+    check_option(split, "split", _common.SPLITS, owner=fn)
+    check_path(manual_dir, "manual_dir", owner=fn)
+    check_path(data_dir, "data_dir", owner=fn)
+    if manual_dir is not None:
+        manual_dir = os.path.expanduser(os.fspath(manual_dir))
+        prefix = "train" if split == "train" else "t10k"
+        arrays = []
+        for kind in ("images-idx3", "labels-idx1"):
+            name = f"{prefix}-{kind}-ubyte"
+            paths = [
+                os.path.join(manual_dir, name + ext) for ext in (".gz", "")
+            ]
+            path = next((p for p in paths if os.path.isfile(p)), None)
+            if path is None:
+                raise FileNotFoundError(
+                    f"`{fn}`: `manual_dir` lacks {name}.gz (or {name}). "
+                    f"Received: manual_dir={manual_dir}"
+                )
+            arrays.append(read_idx(path))
+        images, labels = arrays
+    else:
+        _common.import_tensorflow(fn)
+        tfds = _common.import_tfds(fn)
+        dataset = _load_tfds(tfds, split, None, data_dir, None, False, fn=fn)
+        images, labels = dataset.batch(1 << 20).get_single_element()
+        images = images.numpy()[..., 0]
+        labels = labels.numpy()
+    if len(images) != len(labels):
+        raise ValueError(
+            f"`{fn}`: {len(images)} images but {len(labels)} labels. "
+            f"Received: manual_dir={manual_dir}"
+        )
+    return images.astype("uint8"), labels.astype("uint8")
+
+
 def load_sample(split="train"):
     """Loads the small MNIST sample embedded in the package.
 
@@ -291,8 +366,9 @@ def _random_shift(tf, images, seed):
     return tf.gather(shifted, cols, axis=2, batch_dims=1)
 
 
-def _load_tfds(tfds, split, manual_dir, data_dir, seed, shuffle_files):
-    fn = "mnist.load"
+def _load_tfds(
+    tfds, split, manual_dir, data_dir, seed, shuffle_files, fn="mnist.load"
+):
     read_config = tfds.ReadConfig(shuffle_seed=seed)
     kwargs = dict(
         split=split,
