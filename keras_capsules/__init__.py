@@ -7,6 +7,7 @@ from keras_capsules import callbacks
 from keras_capsules import datasets
 from keras_capsules import layers
 from keras_capsules import losses
+from keras_capsules import metrics
 from keras_capsules import models
 from keras_capsules import ops
 from keras_capsules.version import __version__
@@ -18,6 +19,7 @@ __all__ = [
     "datasets",
     "layers",
     "losses",
+    "metrics",
     "models",
     "ops",
     "version",

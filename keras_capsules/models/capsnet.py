@@ -13,6 +13,7 @@ from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.layers.primary_caps import PrimaryCaps
 from keras_capsules.losses.margin_loss import MarginLoss
+from keras_capsules.metrics.top_k_exact_match import TopKExactMatch
 from keras_capsules.ops._backend import resolve_jit_compile
 
 
@@ -77,6 +78,19 @@ class CapsNet(keras.Model):
     See Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules"
     (NeurIPS 2017), Section 4 and Fig. 1-2.
 
+    Several objects per image (Sabour et al., section 6): with
+    `num_objects=K > 1`, `fit` and `evaluate` take targets `y` as the dict
+    that `datasets.multi_mnist` yields: `"labels"`, the K-hot labels of
+    shape `(batch_size, num_classes)`, on which the margin loss and the
+    metrics are taken; `"object_labels"`, the one-hot label of each object,
+    shape `(batch_size, K, num_classes)`; and `"objects"`, each object
+    alone, shape `(batch_size, K, height, width, channels)`. The decoder
+    reconstructs each object from the class capsule of its label, and the
+    reconstruction loss sums the squared errors of the K reconstructions.
+    A model without decoder also takes the K-hot labels alone.
+    `reconstruct(x)` then returns one image per object, decoded from each
+    of the K longest capsules.
+
     Args:
         input_shape: Tuple of 3 integers, the `(height, width, channels)`
             of the images, channels last. Defaults to `(28, 28, 1)`.
@@ -102,6 +116,12 @@ class CapsNet(keras.Model):
             and without reconstruction loss. Defaults to `(512, 1024)`.
         reconstruction_weight: Float, the weight of the reconstruction
             loss. Defaults to `0.0005`.
+        num_objects: Integer, the number of objects (digits) in each
+            image: `1` for MNIST, `2` for MultiMNIST. With more than one,
+            the training targets are a dict (below), each object is
+            reconstructed from its own class capsule, and the default
+            metric counts a sample as right only when all its objects are
+            recognised. Defaults to `1`.
         **kwargs: Keyword arguments of `keras.Model`, such as `name`.
 
     Call arguments:
@@ -155,6 +175,7 @@ class CapsNet(keras.Model):
         capsule_dim=16,
         decoder_units=(512, 1024),
         reconstruction_weight=0.0005,
+        num_objects=1,
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
@@ -168,8 +189,15 @@ class CapsNet(keras.Model):
             ("primary_kernel_size", primary_kernel_size),
             ("primary_strides", primary_strides),
             ("capsule_dim", capsule_dim),
+            ("num_objects", num_objects),
         ):
             check_positive_int(value, name)
+        if num_objects > num_classes:
+            raise ValueError(
+                "Argument num_objects must be at most num_classes "
+                f"({num_classes}): the objects of an image are of different "
+                f"classes. Received: num_objects={num_objects}"
+            )
         decoder_units = _check_decoder_units(decoder_units)
         check_non_negative_number(
             reconstruction_weight, "reconstruction_weight"
@@ -269,6 +297,7 @@ class CapsNet(keras.Model):
         self.capsule_dim = capsule_dim
         self.decoder_units = decoder_units
         self.reconstruction_weight = reconstruction_weight
+        self.num_objects = num_objects
         # `input_shape` is a read-only property of functional models, equal
         # to `(None,) + input_shape`, so the argument is kept under a
         # private name.
@@ -299,7 +328,10 @@ class CapsNet(keras.Model):
                 loss is added to it whenever the model has a decoder.
                 Defaults to `"auto"`.
             metrics: A list of metrics, or `"auto"` for
-                `[keras.metrics.CategoricalAccuracy(name="accuracy")]`.
+                `[keras.metrics.CategoricalAccuracy(name="accuracy")]`,
+                or with `num_objects > 1`
+                `[keras_capsules.metrics.TopKExactMatch(num_objects,
+                name="accuracy")]` (all objects right).
                 Defaults to `"auto"`.
             jit_compile: Boolean or `"auto"`. `"auto"` compiles the train
                 step with XLA on TensorFlow and JAX, which Keras' own
@@ -320,7 +352,10 @@ class CapsNet(keras.Model):
         if loss == "auto":
             loss = MarginLoss()
         if metrics == "auto":
-            metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
+            if self.num_objects == 1:
+                metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
+            else:
+                metrics = [TopKExactMatch(self.num_objects, name="accuracy")]
         super().compile(
             optimizer=optimizer,
             loss=loss,
@@ -359,10 +394,15 @@ class CapsNet(keras.Model):
         as the compiled loss). It is skipped when the model has no decoder
         or when no labels are given.
 
+        With `num_objects > 1`, `y` is the dict of labels and objects
+        described in the class docstring, and each object is reconstructed
+        from the capsule of its own label.
+
         Args:
             x: Input images.
             y: One-hot (or multi-hot) labels of shape
-                `(batch_size, num_classes)`.
+                `(batch_size, num_classes)`, or with `num_objects > 1` the
+                dict of `"labels"`, `"object_labels"` and `"objects"`.
             y_pred: Class capsule lengths returned by the model.
             sample_weight: Optional per-sample weights.
             training: Whether the model is training or evaluating.
@@ -370,10 +410,11 @@ class CapsNet(keras.Model):
         Returns:
             The total loss, a scalar.
         """
+        labels, object_labels, objects = self._unpack_targets(y)
         if self.decoder is None or y is None:
             return super().compute_loss(
                 x=x,
-                y=y,
+                y=labels,
                 y_pred=y_pred,
                 sample_weight=sample_weight,
                 training=training,
@@ -384,19 +425,25 @@ class CapsNet(keras.Model):
         # serves both losses; `y_pred` is left to the metrics.
         loss = super().compute_loss(
             x=x,
-            y=y,
+            y=labels,
             y_pred=self.length(capsules),
             sample_weight=sample_weight,
             training=training,
         )
-        masked = self.label_mask([capsules, ops.cast(y, capsules.dtype)])
-        reconstruction = self.decoder(masked, training=training)
-        num_pixels = math.prod(self._image_shape)
+        if object_labels is None:
+            reconstruction = self._decode(capsules, labels, training)
+            targets, num_images = x, 1
+        else:
+            reconstruction = self._decode(capsules, object_labels, training)
+            targets, num_images = objects, self.num_objects
+        num_pixels = num_images * math.prod(self._image_shape)
         # Squared errors in float32: their per-image sum reaches hundreds,
-        # which float16 rounds coarsely.
+        # which float16 rounds coarsely. With several objects, the errors
+        # of all the reconstructions of an image are summed.
         errors = ops.reshape(
             ops.square(
-                ops.cast(reconstruction, "float32") - ops.cast(x, "float32")
+                ops.cast(reconstruction, "float32")
+                - ops.cast(targets, "float32")
             ),
             (-1, num_pixels),
         )
@@ -418,39 +465,164 @@ class CapsNet(keras.Model):
             ops.cast(loss, "float32"), reconstruction_loss / num_replicas
         )
 
-    def reconstruct(self, x, y=None):
-        """Reconstructs images from their class capsules.
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        # With several objects, the metrics see the K-hot labels.
+        labels = y["labels"] if isinstance(y, dict) else y
+        return super().compute_metrics(x, labels, y_pred, sample_weight)
 
-        The decoder sees the class capsules of `x` with all but one masked
-        out: the capsules selected by the labels `y` when given (for
-        example to redraw an image as another class), otherwise the
-        longest capsule, the predicted class. The whole of `x` is processed
-        in one call: pass batches of a size that fits in memory.
+    def _unpack_targets(self, y):
+        """Returns `(labels, object_labels, objects)` from the targets."""
+        if not isinstance(y, dict):
+            if (
+                y is not None
+                and self.num_objects > 1
+                and self.decoder is not None
+            ):
+                raise ValueError(
+                    f"A CapsNet with num_objects={self.num_objects} and a "
+                    "decoder trains on targets given as a dict of "
+                    '"labels", "object_labels" and "objects", as '
+                    "`datasets.multi_mnist` yields them. Received: "
+                    f"type(y)={type(y).__name__}"
+                )
+            return y, None, None
+        needed = ["labels"]
+        if self.num_objects > 1 and self.decoder is not None:
+            needed += ["object_labels", "objects"]
+        missing = [key for key in needed if key not in y]
+        if missing:
+            raise ValueError(
+                f"The targets of a CapsNet with num_objects="
+                f"{self.num_objects} lack {', '.join(missing)}. Received: "
+                f"y.keys()={sorted(y)}"
+            )
+        if self.num_objects == 1:
+            return y["labels"], None, None
+        object_labels, objects = y.get("object_labels"), y.get("objects")
+        expected = {
+            "object_labels": (self.num_objects, self.num_classes),
+            "objects": (self.num_objects,) + self._image_shape,
+        }
+        for key, value in (
+            ("object_labels", object_labels),
+            ("objects", objects),
+        ):
+            if value is None:
+                continue
+            shape = tuple(value.shape[1:])
+            if len(shape) != len(expected[key]) or any(
+                d is not None and d != e for d, e in zip(shape, expected[key])
+            ):
+                raise ValueError(
+                    f'Target "{key}" of a CapsNet with num_objects='
+                    f"{self.num_objects} must have shape (batch_size,) + "
+                    f"{expected[key]}. Received: {key}.shape="
+                    f"{tuple(value.shape)}"
+                )
+        return y["labels"], object_labels, objects
+
+    def _decode(self, capsules, labels, training):
+        """Decodes `capsules` masked by labels `(B, C)` or `(B, K, C)`."""
+        labels = ops.cast(labels, capsules.dtype)
+        if len(labels.shape) == 2:
+            masked = self.label_mask([capsules, labels])
+            return self.decoder(masked, training=training)
+        num_objects = labels.shape[1]
+        # Each object is decoded from its own copy of the capsules.
+        repeated = ops.repeat(capsules, num_objects, axis=0)
+        flat_labels = ops.reshape(labels, (-1, self.num_classes))
+        masked = self.label_mask([repeated, flat_labels])
+        images = self.decoder(masked, training=training)
+        return ops.reshape(images, (-1, num_objects) + self._image_shape)
+
+    def class_capsules(self, x):
+        """Returns the class capsules of images `x`.
 
         Args:
             x: Images of shape `(batch_size, height, width, channels)`.
-            y: Optional one-hot (or multi-hot) labels of shape
-                `(batch_size, num_classes)`. Defaults to `None`.
 
         Returns:
-            A tensor of reconstructed images, shape
-            `(batch_size, height, width, channels)`, values in `[0, 1]`.
+            A tensor of shape `(batch_size, num_classes, capsule_dim)`: the
+            DigitCaps activity vectors, whose lengths `predict` returns.
+        """
+        return self._encode(x, training=False)
+
+    def decode(self, capsules, y):
+        """Reconstructs images from class capsules masked by labels.
+
+        The decoder sees `capsules` with all but the capsules selected by
+        `y` zeroed, as in training. Editing a capsule before decoding it
+        shows what its dimensions encode (Fig. 4 of the paper).
+
+        Args:
+            capsules: Class capsules of shape
+                `(batch_size, num_classes, capsule_dim)`, for example from
+                `class_capsules`.
+            y: One-hot (or multi-hot) labels of shape
+                `(batch_size, num_classes)`, or one-hot labels of shape
+                `(batch_size, K, num_classes)` for K images per sample,
+                each decoded from the capsule of its own label.
+
+        Returns:
+            A tensor of images in `[0, 1]`, shape `(batch_size, height,
+            width, channels)`, or `(batch_size, K, height, width,
+            channels)` for labels of rank 3.
 
         Raises:
             ValueError: If the model was built without a decoder.
         """
+        self._check_decoder()
+        return self._decode(ops.convert_to_tensor(capsules), y, False)
+
+    def _check_decoder(self):
         if self.decoder is None:
             raise ValueError(
                 "This CapsNet has no decoder to reconstruct with. Build it "
                 "with decoder_units set, e.g. (512, 1024). Received: "
                 "decoder_units=None"
             )
+
+    def reconstruct(self, x, y=None):
+        """Reconstructs images from their class capsules.
+
+        The decoder sees the class capsules of `x` with all but one masked
+        out: the capsules selected by the labels `y` when given (for
+        example to redraw an image as another class), otherwise the
+        longest capsule, the predicted class. With `num_objects=K > 1` and
+        no labels, each of the K longest capsules is decoded on its own,
+        one image per object. The whole of `x` is processed in one call:
+        pass batches of a size that fits in memory.
+
+        Args:
+            x: Images of shape `(batch_size, height, width, channels)`.
+            y: Optional labels: one-hot (or multi-hot) of shape
+                `(batch_size, num_classes)`, or one-hot of shape
+                `(batch_size, K, num_classes)` for one image per label.
+                Defaults to `None`.
+
+        Returns:
+            A tensor of reconstructed images in `[0, 1]`, shape
+            `(batch_size, height, width, channels)`, or
+            `(batch_size, K, height, width, channels)` for labels of rank 3
+            or, without labels, when `num_objects=K > 1`.
+
+        Raises:
+            ValueError: If the model was built without a decoder.
+        """
+        self._check_decoder()
         capsules = self._encode(x, training=False)
-        if y is None:
-            masked = self.prediction_mask(capsules)
-        else:
-            masked = self.label_mask([capsules, ops.cast(y, capsules.dtype)])
-        return self.decoder(masked, training=False)
+        if y is not None:
+            return self._decode(capsules, y, False)
+        if self.num_objects == 1:
+            return self.decoder(self.prediction_mask(capsules), training=False)
+        # The K longest capsules, each as its own one-hot label.
+        squared_lengths = ops.sum(
+            ops.square(ops.cast(capsules, "float32")), axis=-1
+        )
+        _, indices = ops.top_k(squared_lengths, k=self.num_objects)
+        return self._decode(
+            capsules, ops.one_hot(indices, self.num_classes), False
+        )
 
     def get_config(self):
         return {
@@ -468,6 +640,7 @@ class CapsNet(keras.Model):
             "capsule_dim": self.capsule_dim,
             "decoder_units": self.decoder_units,
             "reconstruction_weight": self.reconstruction_weight,
+            "num_objects": self.num_objects,
         }
 
     @classmethod

@@ -48,6 +48,27 @@ def _numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x), dtype="float64")
 
 
+def _pairs(batch=6, seed=0):
+    """Two objects of different classes per image, as multi_mnist makes."""
+    rng = np.random.default_rng(seed)
+    num_classes = SMALL_CONFIG["num_classes"]
+    first = np.arange(batch) % num_classes
+    second = (first + 1 + np.arange(batch) % (num_classes - 1)) % num_classes
+    object_labels = np.eye(num_classes, dtype="float32")[
+        np.stack([first, second], axis=1)
+    ]
+    objects = rng.uniform(size=(batch, 2) + SMALL_CONFIG["input_shape"]).astype(
+        "float32"
+    )
+    x = np.minimum(objects.sum(axis=1), 1.0)
+    y = {
+        "labels": object_labels.sum(axis=1),
+        "object_labels": object_labels,
+        "objects": objects,
+    }
+    return x, y
+
+
 class CapsNetTest(TestCase):
     def test_paper_parameter_counts(self):
         model = CapsNet()
@@ -170,6 +191,77 @@ class CapsNetTest(TestCase):
         history = loaded.fit(x, y, batch_size=8, epochs=1, verbose=0)
         self.assertTrue(np.isfinite(history.history["loss"][0]))
 
+    def test_two_objects_fit_evaluate_reconstruct(self):
+        model = CapsNet(**SMALL_CONFIG, num_objects=2)
+        model.compile()
+        (metric,) = model.get_compile_config()["metrics"]
+        self.assertEqual(
+            metric["registered_name"], "keras_capsules>TopKExactMatch"
+        )
+        self.assertEqual(metric["config"]["k"], 2)
+        x, y = _pairs(8)
+        history = model.fit(x, y, batch_size=4, epochs=2, verbose=0)
+        self.assertLess(history.history["loss"][-1], history.history["loss"][0])
+        logs = model.evaluate(x, y, verbose=0, return_dict=True)
+        self.assertEqual(set(logs), {"loss", "accuracy", "reconstruction_loss"})
+        # One reconstruction per object: of the two longest capsules, or of
+        # the given labels.
+        shape = (8, 2) + SMALL_CONFIG["input_shape"]
+        self.assertEqual(tuple(model.reconstruct(x).shape), shape)
+        by_label = model.reconstruct(x, y["object_labels"])
+        self.assertEqual(tuple(by_label.shape), shape)
+        capsules = model.class_capsules(x)
+        self.assertAllClose(
+            model.decode(capsules, y["object_labels"]), by_label, atol=1e-6
+        )
+        self.assertAllClose(
+            by_label[:, 1],
+            model.reconstruct(x, y["object_labels"][:, 1]),
+            atol=1e-6,
+        )
+        # The option travels with the config, so with `.keras` files.
+        revived = CapsNet.from_config(model.get_config())
+        self.assertEqual(revived.num_objects, 2)
+
+    def test_two_object_loss_sums_both_reconstructions(self):
+        model = CapsNet(**SMALL_CONFIG, num_objects=2)
+        model.compile()
+        x, y = _pairs(4)
+        lengths = _numpy(model.predict(x, verbose=0))
+        reconstructions = _numpy(model.reconstruct(x, y["object_labels"]))
+        errors = ((reconstructions - y["objects"]) ** 2).reshape(4, -1)
+        expected = np.mean(
+            references.margin_loss(y["labels"], lengths) + 0.01 * errors.sum(-1)
+        )
+        loss = model.compute_loss(
+            x=keras.ops.convert_to_tensor(x),
+            y={k: keras.ops.convert_to_tensor(v) for k, v in y.items()},
+            y_pred=keras.ops.convert_to_tensor(lengths.astype("float32")),
+            training=False,
+        )
+        self.assertAllClose(loss, expected, atol=1e-5, rtol=1e-5)
+
+    def test_two_objects_need_dict_targets(self):
+        model = CapsNet(**SMALL_CONFIG, num_objects=2)
+        model.compile()
+        x, y = _pairs(4)
+        with self.assertRaisesRegex(
+            ValueError, r"dict of .*Received: type\(y\)"
+        ):
+            model.compute_loss(x=x, y=y["labels"], y_pred=None)
+        with self.assertRaisesRegex(ValueError, r"objects.shape=\(4, 2, 20"):
+            model.compute_loss(
+                x=x, y=dict(y, objects=y["objects"][..., 0]), y_pred=None
+            )
+        del y["objects"]
+        with self.assertRaisesRegex(ValueError, r"lack objects"):
+            model.compute_loss(x=x, y=y, y_pred=None)
+        # Without a decoder, the labels alone train the model.
+        model = CapsNet(**dict(SMALL_CONFIG, decoder_units=None), num_objects=2)
+        model.compile()
+        history = model.fit(x, y["labels"], batch_size=4, verbose=0)
+        self.assertTrue(np.isfinite(history.history["accuracy"][0]))
+
     def test_compile_defaults_and_overrides(self):
         model = CapsNet(**SMALL_CONFIG)
         model.compile()
@@ -231,7 +323,12 @@ class CapsNetTest(TestCase):
         config = model.get_config()
         self.assertEqual(
             config,
-            dict(SMALL_CONFIG, name="small_capsnet", trainable=True),
+            dict(
+                SMALL_CONFIG,
+                name="small_capsnet",
+                trainable=True,
+                num_objects=1,
+            ),
         )
         # Through JSON, as in a `.keras` file: tuples become lists.
         revived = CapsNet.from_config(json.loads(json.dumps(config)))
@@ -305,6 +402,11 @@ class CapsNetTest(TestCase):
             "too_small",
             {"input_shape": (8, 12, 1)},
             r"too small .*at least 9.*Received: input_shape=\(8, 12, 1\)",
+        ),
+        (
+            "num_objects",
+            {"num_objects": 5},
+            r"at most num_classes \(4\).*Received: num_objects=5",
         ),
     )
     def test_invalid_arguments(self, kwargs, pattern):

@@ -1,0 +1,4 @@
+"""Public metrics of keras_capsules."""
+
+from keras_capsules.metrics.top_k_exact_match import TopKExactMatch
+from keras_capsules.metrics.top_k_exact_match import top_k_exact_match
