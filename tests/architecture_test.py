@@ -129,3 +129,20 @@ class ArchitectureTest(TestCase):
             if "backend.backend()" in path.read_text()
         ]
         self.assertEqual(found, ["keras_capsules/ops/_backend.py"])
+
+    def test_only_the_visualization_package_imports_matplotlib(self):
+        # matplotlib is an optional extra: the rest of the package must
+        # import without it.
+        found = set()
+        for path in sorted((_ROOT / "keras_capsules").rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                else:
+                    continue
+                if any(n.split(".")[0] == "matplotlib" for n in names):
+                    found.add(path.relative_to(_ROOT).parts[:2])
+        self.assertEqual(found, {("keras_capsules", "visualization")})

@@ -147,14 +147,41 @@ class DenseCaps(keras.layers.Layer):
         self.input_spec = keras.InputSpec(ndim=3, axes={-2: num_in, -1: dim_in})
 
     def call(self, inputs):
-        votes = ops.einsum("bid,idjk->bijk", inputs, self.kernel)
         return dynamic_routing(
-            votes,
+            self.votes(inputs),
             iterations=self.routing_iterations,
             bias=self.bias,
             leaky=self.leaky_routing,
             stop_gradient=self.stop_gradient,
         )
+
+    def votes(self, inputs):
+        """Returns the votes that `call` routes, `u_hat[i, j] = W[i, j] u_i`.
+
+        Eq. 2's prediction vectors of every input capsule for every output
+        capsule. Routing them with the layer's own options reproduces the
+        layer's output, and `return_coupling=True` also gives the coupling
+        coefficients:
+        `keras_capsules.ops.dynamic_routing(layer.votes(inputs),
+        iterations=layer.routing_iterations, bias=layer.bias,
+        leaky=layer.leaky_routing, return_coupling=True)`.
+
+        Args:
+            inputs: Tensor of shape `(batch, num_in, dim_in)`, as in `call`.
+
+        Returns:
+            A tensor of shape `(batch, num_in, num_capsules, capsule_dim)`.
+
+        Raises:
+            ValueError: If the layer is not built yet.
+        """
+        if not self.built:
+            raise ValueError(
+                f"{type(self).__name__} `{self.name}` has no kernel yet: call "
+                "the layer on inputs, or build it, before asking for votes. "
+                f"Received: built={self.built}"
+            )
+        return ops.einsum("bid,idjk->bijk", inputs, self.kernel)
 
     def compute_output_shape(self, input_shape):
         input_shape = tuple(input_shape)

@@ -6,6 +6,7 @@ from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.layers import DenseCaps
+from keras_capsules.ops import dynamic_routing
 from keras_capsules.testing import TestCase
 from tests import references
 
@@ -70,6 +71,35 @@ class DenseCapsTest(TestCase):
             leaky=leaky,
         )
         self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
+
+    def test_votes_are_what_call_routes(self):
+        x = _inputs((2, 6, 4))
+        layer = DenseCaps(
+            num_capsules=3,
+            capsule_dim=5,
+            routing_iterations=2,
+            use_bias=True,
+            leaky_routing=True,
+            bias_initializer="random_normal",
+        )
+        with self.assertRaisesRegex(ValueError, "has no kernel yet"):
+            layer.votes(x)
+        outputs = layer(x)
+        votes = layer.votes(x)
+        self.assertEqual(tuple(votes.shape), (2, 6, 3, 5))
+        kernel = ops.convert_to_numpy(layer.kernel)
+        self.assertAllClose(
+            votes, np.einsum("bid,idjk->bijk", x, kernel), atol=1e-5
+        )
+        routed, coupling = dynamic_routing(
+            votes,
+            iterations=layer.routing_iterations,
+            bias=layer.bias,
+            leaky=layer.leaky_routing,
+            return_coupling=True,
+        )
+        self.assertAllClose(routed, outputs, atol=0, rtol=0)
+        self.assertEqual(tuple(coupling.shape), (2, 6, 3))
 
     def test_paper_digit_caps_parameter_count(self):
         layer = DenseCaps(num_capsules=10, capsule_dim=16)
