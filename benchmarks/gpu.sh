@@ -4,15 +4,27 @@
 # Usage:
 #   KERAS_BACKEND=jax bash benchmarks/gpu.sh OUT_DIR [--smoke] [--mnist-dir DIR]
 #
+# On a machine without Keras, carry its wheels (built here by
+# ../shared/tools/device-wheels.sh) and the four MNIST .gz files, and run
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site \
+#       .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit;
+#   bash benchmarks/gpu.sh "$OUT" --mnist-dir .mnist
+# with a time limit of at least GPU_BUDGET_S + 90 s. The script writes at
+# most 8 files (summary.txt, log.txt, throughput.jsonl, the MultiMNIST and
+# affine results, and one JSON per learning run), so that a machine that
+# returns few files returns them all.
+#
 # Throughput first (CapsNet at batch 100; MatrixCapsNet small and full at
-# batches 32 and 64, with the accelerator's peak memory), then the learning
-# runs that fit in the minutes left (MatrixCapsNet small and full, CapsNet),
-# each on the four MNIST .gz files in --mnist-dir (default: the 5,000-image
-# sample that ships with the package). Every result is written to OUT_DIR
-# as it is measured, a JSON file per throughput point and a log per
-# learning run whose every evaluation is flushed, so a run cut short still
-# returns what it measured. `--smoke` takes a few steps of each, to check
-# the script here on a CPU. Needs no TensorFlow: NumPy data only.
+# batches 32 and 64, with the accelerator's peak memory), then a minute and
+# a half each of the MultiMNIST and affine experiments (CapsNet), then the
+# learning runs that fit in the minutes left (MatrixCapsNet small and full,
+# CapsNet), each on the four MNIST .gz files in --mnist-dir (default: the
+# 5,000-image sample that ships with the package). Every result is written
+# to OUT_DIR as it is measured: a JSON line per throughput point, a JSON
+# file per experiment and learning run (the learning runs flush every
+# evaluation), and one log, so a run cut short still returns what it
+# measured. `--smoke` takes a few steps of each, to check the script here
+# on a CPU. Needs no TensorFlow: NumPy data only.
 set -uo pipefail
 usage="usage: benchmarks/gpu.sh OUT_DIR [--smoke] [--mnist-dir DIR]"
 
@@ -31,11 +43,15 @@ done
 mkdir -p "$out"
 out=$(realpath "$out")
 cd "$(dirname "$0")/.."
-export KERAS_BACKEND=${KERAS_BACKEND:-jax}
+export KERAS_BACKEND=${KERAS_BACKEND:-jax} PYTHONUNBUFFERED=1
+# The GPU image has `python3` and no `python`.
+python=${PYTHON:-python3}
 budget=${GPU_BUDGET_S:-330}
 deadline=$(( $(date +%s) + budget ))
 
-# Runs "$@" with what is left of the budget; logs to $out/$name.log.
+# Runs "$@" with what is left of the budget, killed 10 s after its
+# deadline if it ignores the TERM signal; appends its output to
+# $out/log.txt.
 run() {
     local name=$1; shift
     local left=$(( deadline - $(date +%s) ))
@@ -43,47 +59,81 @@ run() {
         echo "skipped $name: no time left" | tee -a "$out/summary.txt"
         return
     fi
-    echo "=== $name (${left} s left)" | tee -a "$out/summary.txt"
-    timeout "$left" "$@" > "$out/$name.log" 2>&1
+    echo "=== $name (${left} s left)" | tee -a "$out/summary.txt" \
+        >> "$out/log.txt"
+    timeout -k 10 "$left" "$@" >> "$out/log.txt" 2>&1
     echo "$name: exit $?" | tee -a "$out/summary.txt"
+}
+
+# Appends the JSON file $1 to $out/throughput.jsonl as one line.
+collect() {
+    [ -f "$1" ] && "$python" -c "import json, sys; \
+print(json.dumps(json.load(open(sys.argv[1]))))" "$1" \
+        >> "$out/throughput.jsonl" && rm -f "$1"
 }
 
 {
     date -u
     nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null
-    python -c "import keras, jax; print('keras', keras.__version__, \
+    "$python" -c "import keras, jax; print('keras', keras.__version__, \
 'jax', jax.__version__, jax.devices())"
-} > "$out/environment.txt" 2>&1
+} > "$out/summary.txt" 2>&1
 
 if [ "$smoke" = 1 ]; then
     timing=(--steps 1 --warmup 1)
     capsnet_batches=4; matrix_batches="2 4"
     learning=(--steps 2 --every 1 --test-images 50 --seeds 0)
+    multi_mnist=(--smoke)
+    affine=(--smoke)
 else
     timing=(--steps 10 --warmup 2)
     capsnet_batches=100; matrix_batches="32 64"
     # The packaged sample holds 5,000 training images: 150 steps of 32.
     steps=600; [ "$mnist_dir" = sample ] && steps=150
     learning=(--steps "$steps" --every 50 --test-images 1000 --seeds 0)
+    multi_mnist=(--pipeline numpy --train-pairs 60000 --test-pairs 10000
+        --epochs 20 --max-minutes 1.5)
+    affine=(--max-minutes 1.5 --check-every 200)
+    if [ "$mnist_dir" = sample ]; then
+        multi_mnist+=(--data sample)
+        affine+=(--data sample)
+    else
+        multi_mnist+=(--manual-dir "$mnist_dir")
+        affine+=(--manual-dir "$mnist_dir")
+    fi
 fi
+tmp=$(mktemp -d)
 
-run capsnet_throughput python -m benchmarks.run --model capsnet \
+run capsnet_throughput "$python" -m benchmarks.run --model capsnet \
     --batch "$capsnet_batches" "${timing[@]}" \
-    --json "$out/capsnet_throughput.json"
-# One command, so one JSON file, per point: a cut run keeps the others.
+    --json "$tmp/capsnet_throughput.json"
+collect "$tmp/capsnet_throughput.json"
+# One command per point: a cut run keeps the others.
 for preset in small full; do
     for batch in $matrix_batches; do
         name="matrix_capsnet_${preset}_b${batch}_throughput"
-        run "$name" python -m benchmarks.run --model matrix_capsnet \
+        run "$name" "$python" -m benchmarks.run --model matrix_capsnet \
             --preset "$preset" --impl ours --batch "$batch" "${timing[@]}" \
-            --json "$out/$name.json"
+            --json "$tmp/$name.json"
+        collect "$tmp/$name.json"
     done
 done
+# MultiMNIST CapsNet for a minute and a half (NumPy pairs: no TensorFlow).
+run multi_mnist_capsnet "$python" examples/multi_mnist.py --model capsnet \
+    "${multi_mnist[@]}" --output-dir "$tmp/multi_mnist"
+[ -f "$tmp/multi_mnist/results.json" ] &&
+    cp "$tmp/multi_mnist/results.json" "$out/multi_mnist_capsnet.json"
+# Affine generalisation, CapsNet for a minute and a half.
+run affine_capsnet "$python" examples/affine_mnist.py --model capsnet \
+    "${affine[@]}" --output-dir "$tmp/affine"
+[ -f "$tmp/affine/results.json" ] &&
+    cp "$tmp/affine/results.json" "$out/affine_capsnet.json"
 for model in "matrix_capsnet --preset small" "matrix_capsnet --preset full" \
     capsnet; do
     name="learning_${model// --preset /_}"
     # shellcheck disable=SC2086
-    run "$name" python -u -m benchmarks.learning_curve --model $model \
+    run "$name" "$python" -u -m benchmarks.learning_curve --model $model \
         --mnist-dir "$mnist_dir" "${learning[@]}" --json "$out/$name.json"
 done
+rm -rf "$tmp"
 cat "$out/summary.txt"

@@ -221,7 +221,10 @@ def train_matrix_capsnet(
         callbacks=[spread_margin_scheduler(args)],
         evaluate_steps=MATRIX_SMOKE_STEPS if args.smoke else None,
     )
-    loaded = save_and_reload(model, args.output, first_images(test))
+    images = first_images(test)
+    loaded = save_and_reload(model, args.output, images)
+    if isinstance(loaded, keras_capsules.models.MatrixCapsNet):
+        save_activation_maps(loaded, images[0], args.output)
     # MatrixCapsNet owns its margin; another model's lives in its loss.
     margin = getattr(loaded, "spread_margin", None)
     if margin is None:
@@ -229,6 +232,18 @@ def train_matrix_capsnet(
     margin = float(keras.ops.convert_to_numpy(margin))
     print(f"Spread margin of the reloaded model: {margin:.4f}")
     return metrics
+
+
+def save_activation_maps(model, image, model_path):
+    """Draws the capsule activations of `image` next to the saved model,
+    as `<model name>_activations.png`."""
+    from keras_capsules import visualization
+
+    path = os.path.splitext(model_path)[0] + "_activations.png"
+    figure = visualization.activation_maps(model, image, max_types=16)
+    figure.savefig(path, dpi=100)
+    print(f"Saved {path}.")
+    return path
 
 
 def build_matrix_capsnet(args, input_shape, num_classes):

@@ -12,7 +12,9 @@ ramps it to 0.9 (`--final-margin 0.9`). The rest is official: batch 64,
 Adam's epsilon 1e-8 (`--adam-epsilon`), weight decay 2e-7 and random
 shifts of up to 2 pixels on the training images. It prints the backend,
 the progress of `fit` and the test accuracy, saves the model as
-`.keras`, and checks that the reloaded model predicts the same.
+`.keras`, checks that the reloaded model predicts the same, and draws
+the capsule activations of a test image next to it
+(`<model>_activations.png`, `keras_capsules.visualization.activation_maps`).
 
 `--data tfds` reads MNIST through TensorFlow Datasets, prepared in
 `--data-dir` or built offline from the four original `.gz` files in

@@ -10,8 +10,9 @@ to 0.9 (`SpreadMarginScheduler`). The images are the stereo pairs as two
 channels, downsampled to 48x48, with random 32x32 crops and photometric
 distortions for training and the central crop for testing
 (`keras_capsules.datasets.smallnorb`). It prints the backend, the progress
-of `fit` and the test accuracy, saves the model as `.keras`, and checks that the
-reloaded model predicts the same.
+of `fit` and the test accuracy, saves the model as `.keras`, checks that the
+reloaded model predicts the same, and draws the capsule activations of a
+test image next to it (`<model>_activations.png`).
 
 The data comes from TensorFlow Datasets (prepared in `--data-dir`, or built
 offline from the six original `.mat.gz` files in `--manual-dir`) or straight
