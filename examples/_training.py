@@ -8,6 +8,7 @@ smaller helpers also serve `capsnet_mnist.py`.
 
 import argparse
 import os
+import time
 
 import keras
 import numpy as np
@@ -164,6 +165,55 @@ def add_backup_argument(parser):
         "(keras.callbacks.CSVLogger), so that a resumed run "
         "keeps one learning curve.",
     )
+
+
+def add_mnist_source_arguments(parser):
+    """Adds `--data`, `--manual-dir` and `--data-dir`: where the MNIST
+    digits of the MultiMNIST and affine experiments come from."""
+    parser.add_argument(
+        "--data",
+        choices=("mnist", "sample"),
+        default=None,
+        help="'mnist': the MNIST split from --manual-dir (the original idx "
+        "files) or from the prepared TFDS `mnist` in --data-dir; 'sample': "
+        "the 5,000/1,000-image sample embedded in the package. Defaults to "
+        "'mnist', or 'sample' with --smoke.",
+    )
+    parser.add_argument(
+        "--manual-dir",
+        default=None,
+        help="Folder with the original MNIST idx files (.gz or not).",
+    )
+    parser.add_argument("--data-dir", default=None, help="TFDS data directory.")
+
+
+def add_time_limit_argument(parser):
+    """Adds `--max-minutes`, read by `TimeLimit`."""
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="Stop training after this many minutes, at the end of a step "
+        "(a run stopped so is finished: its --backup-dir is removed).",
+    )
+
+
+class TimeLimit(keras.callbacks.Callback):
+    """Stops training once `minutes` have passed since it started (never
+    with `minutes=None`); `stopped` says whether it did."""
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.seconds = None if minutes is None else 60.0 * minutes
+        self.stopped = False
+
+    def on_train_begin(self, logs=None):
+        self.start = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.seconds and time.monotonic() - self.start > self.seconds:
+            self.model.stop_training = True
+            self.stopped = True
 
 
 def resolve_matrix_capsnet_arguments(args):

@@ -63,21 +63,7 @@ def parse_args(argv=None):
         choices=("capsnet", "matrix_capsnet", "cnn"),
         default="capsnet",
     )
-    parser.add_argument(
-        "--data",
-        choices=("mnist", "sample"),
-        default=None,
-        help="'mnist': the MNIST split from --manual-dir (the original idx "
-        "files) or from the prepared TFDS `mnist` in --data-dir; 'sample': "
-        "the 5,000/1,000-image sample embedded in the package. Defaults to "
-        "'mnist', or 'sample' with --smoke.",
-    )
-    parser.add_argument(
-        "--manual-dir",
-        default=None,
-        help="Folder with the original MNIST idx files (.gz or not).",
-    )
-    parser.add_argument("--data-dir", default=None, help="TFDS data directory.")
+    _training.add_mnist_source_arguments(parser)
     parser.add_argument(
         "--target-accuracy",
         type=float,
@@ -94,13 +80,7 @@ def parse_args(argv=None):
         default=None,
         help="Defaults to 128, or 64 for matrix_capsnet.",
     )
-    parser.add_argument(
-        "--max-minutes",
-        type=float,
-        default=None,
-        help="Stop training after this many minutes (a run stopped so "
-        "is finished: its --backup-dir is removed).",
-    )
+    _training.add_time_limit_argument(parser)
     parser.add_argument("--seed", type=int, default=0)
     _training.add_backup_argument(parser)
     parser.add_argument(
@@ -241,23 +221,21 @@ def build_model(args):
 
 class StopAtAccuracy(keras.callbacks.Callback):
     """Every `every` steps, measures the accuracy on `(x, y)` and stops
-    training once it reaches `target`, or once `minutes` have passed.
+    training once it reaches `target`.
 
     Keeps the curve of `(step, accuracy)` in `curve`.
     """
 
-    def __init__(self, x, y, target, every, batch_size, minutes=None):
+    def __init__(self, x, y, target, every, batch_size):
         super().__init__()
         self.x, self.y = x, y
         self.target = target
         self.every = every
         self.batch_size = batch_size
-        self.seconds = None if minutes is None else 60.0 * minutes
         self.curve = []
         self.reached = False
 
     def on_train_begin(self, logs=None):
-        self.start = time.monotonic()
         self.steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
@@ -275,8 +253,6 @@ class StopAtAccuracy(keras.callbacks.Callback):
             if accuracy >= self.target:
                 self.reached = True
                 self.model.stop_training = True
-        if self.seconds and time.monotonic() - self.start > self.seconds:
-            self.model.stop_training = True
 
 
 def accuracy(model, x, y, batch_size):
@@ -300,9 +276,9 @@ def main(argv=None):
         args.target_accuracy,
         args.check_every,
         args.batch_size,
-        args.max_minutes,
     )
-    callbacks = [stop]
+    time_limit = _training.TimeLimit(args.max_minutes)
+    callbacks = [stop, time_limit]
     if args.backup_dir:
         callbacks.append(keras.callbacks.BackupAndRestore(args.backup_dir))
     if args.log_csv:
@@ -321,6 +297,7 @@ def main(argv=None):
         "parameters": model.count_params(),
         "target_accuracy": args.target_accuracy,
         "reached_target": stop.reached,
+        "stopped_by_time_limit": time_limit.stopped,
         "steps": int(model.optimizer.iterations),
         "training_images_seen": int(model.optimizer.iterations)
         * args.batch_size,

@@ -59,22 +59,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--model", choices=("capsnet", "cnn"), default="capsnet"
     )
-    parser.add_argument(
-        "--manual-dir",
-        default=None,
-        help="Folder with the original MNIST idx files (.gz or not); "
-        "without it, the prepared TFDS `mnist` in --data-dir.",
-    )
-    parser.add_argument("--data-dir", default=None, help="TFDS data directory.")
-    parser.add_argument(
-        "--data",
-        choices=("mnist", "sample"),
-        default=None,
-        help="'mnist': the MNIST split from --manual-dir (the original idx "
-        "files) or from the prepared TFDS `mnist` in --data-dir; 'sample': "
-        "the 5,000/1,000-image sample embedded in the package. Defaults to "
-        "'mnist', or 'sample' with --smoke.",
-    )
+    _training.add_mnist_source_arguments(parser)
     parser.add_argument(
         "--pipeline",
         choices=("tf.data", "numpy"),
@@ -94,13 +79,7 @@ def parse_args(argv=None):
     parser.add_argument("--test-pairs", type=int, default=10000)
     parser.add_argument("--epochs", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument(
-        "--max-minutes",
-        type=float,
-        default=None,
-        help="Stop training after this many minutes, at the end of a step "
-        "(a run stopped so is finished: its --backup-dir is removed).",
-    )
+    _training.add_time_limit_argument(parser)
     parser.add_argument("--routing-iterations", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     _training.add_backup_argument(parser)
@@ -202,25 +181,6 @@ def build_model(args):
     return model
 
 
-class TimeLimit(keras.callbacks.Callback):
-    """Stops training once `minutes` have passed since it started."""
-
-    def __init__(self, minutes):
-        super().__init__()
-        self.seconds = None if minutes is None else 60.0 * minutes
-        self.stopped_at_step = None
-
-    def on_train_begin(self, logs=None):
-        self.start = time.monotonic()
-        self.steps = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
-        if self.seconds and time.monotonic() - self.start > self.seconds:
-            self.model.stop_training = True
-            self.stopped_at_step = self.steps
-
-
 def save_figures(model, test, output_dir, num_images=8):
     """Draws the CapsNet figures of the first test pairs into `output_dir`.
 
@@ -281,7 +241,7 @@ def main(argv=None):
         train, test = labels_only(train), labels_only(test)
     model = build_model(args)
     print(f"{args.model}: {model.count_params():,} parameters")
-    time_limit = TimeLimit(args.max_minutes)
+    time_limit = _training.TimeLimit(args.max_minutes)
     start = time.monotonic()
     metrics = _training.fit_and_evaluate(
         model,
@@ -306,7 +266,7 @@ def main(argv=None):
         "training_pairs_seen": int(model.optimizer.iterations)
         * args.batch_size,
         "steps": int(model.optimizer.iterations),
-        "stopped_by_time_limit": time_limit.stopped_at_step is not None,
+        "stopped_by_time_limit": time_limit.stopped,
         "test_pairs": args.test_pairs,
         "test_error_percent": 100.0 * (1.0 - float(metrics["accuracy"])),
         "minutes_train_and_test": wall_minutes,

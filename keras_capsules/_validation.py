@@ -83,17 +83,17 @@ def check_path(value, name, owner=None):
     return value
 
 
-def check_non_negative_number(value, name):
+def check_non_negative_number(value, name, owner=None):
     """Returns `value`; `TypeError` unless a Python number, `ValueError`
     unless finite and `>= 0`."""
     if not _is_number(value):
         raise TypeError(
-            f"Argument {name} must be a Python number. "
+            f"{_subject(name, owner)} must be a Python number. "
             f"Received: {name}={value!r}"
         )
     if not math.isfinite(value) or value < 0:
         raise ValueError(
-            f"Argument {name} must be a finite non-negative number. "
+            f"{_subject(name, owner)} must be a finite non-negative number. "
             f"Received: {name}={value}"
         )
     return value

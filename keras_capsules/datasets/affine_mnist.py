@@ -29,6 +29,7 @@ import numpy as np
 
 from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_int
+from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_positive_int
 
 # Output pixels sampled per chunk: about 2**20 keeps every temporary array of
@@ -224,8 +225,12 @@ def transform(
     images, has_channel = _check_images(images, fn)
     check_int(seed, "seed", allow_none=True, owner=fn)
     canvas_size = check_positive_int(canvas_size, "canvas_size", owner=fn)
-    max_rotation = _check_number(max_rotation, "max_rotation", fn)
-    max_shear = _check_number(max_shear, "max_shear", fn)
+    max_rotation = float(
+        check_non_negative_number(max_rotation, "max_rotation", owner=fn)
+    )
+    max_shear = float(
+        check_non_negative_number(max_shear, "max_shear", owner=fn)
+    )
     low, high = _check_scale_range(scale_range, fn)
     check_bool(return_parameters, "return_parameters", owner=fn)
     num_images, height, width = images.shape
@@ -347,23 +352,6 @@ def _check_images(images, fn):
 
 def _restore(images, has_channel):
     return images[..., None] if has_channel else images
-
-
-def _check_number(value, name, fn):
-    """Returns `value` as a float; it must be a finite number `>= 0`."""
-    if isinstance(value, bool) or not isinstance(
-        value, (int, float, np.integer, np.floating)
-    ):
-        raise TypeError(
-            f"`{fn}`: argument `{name}` must be a number. "
-            f"Received: {name}={value!r}"
-        )
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(
-            f"`{fn}`: argument `{name}` must be a finite number >= 0. "
-            f"Received: {name}={value}"
-        )
-    return float(value)
 
 
 def _check_scale_range(scale_range, fn):

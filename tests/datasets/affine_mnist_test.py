@@ -326,13 +326,14 @@ class ValidationTest(parameterized.TestCase):
             "negative_rotation",
             dict(max_rotation=-1.0),
             ValueError,
-            r"`affine_mnist.transform`.*>= 0. Received: max_rotation=-1.0$",
+            r"`affine_mnist.transform`.*non-negative number. "
+            r"Received: max_rotation=-1.0$",
         ),
         (
             "string_rotation",
             dict(max_rotation="20"),
             TypeError,
-            r"must be a number. Received: max_rotation='20'$",
+            r"must be a Python number. Received: max_rotation='20'$",
         ),
         (
             "nan_shear",
