@@ -1,14 +1,16 @@
-"""Pairs per second of the MultiMNIST generators, on one core.
+"""Images per second of the generators, on one core.
 
 Times `datasets.multi_mnist.load` (the `tf.data` pipeline, with TensorFlow
 and the pipeline restricted to one thread each) and `make_pairs` (NumPy),
-after a warm-up, over whole epochs of `--pairs` pairs. Run it pinned to one
-core for the one-core figure:
+after a warm-up, over whole epochs of `--pairs` pairs, and
+`datasets.affine_mnist.transform` and `translate` on 10,000 digits. Run it
+pinned to one core for the one-core figures:
 
     taskset -c 0 python -m benchmarks.multi_mnist_pipeline \\
         --manual-dir path/to/mnist --json multi_mnist_pipeline.json
 
-Without `--manual-dir`, the pairs are made from the embedded MNIST sample.
+Without `--manual-dir`, the digits are the embedded MNIST sample's and the
+`tf.data` pipeline is not timed (it reads the MNIST files).
 """
 
 import argparse
@@ -16,6 +18,7 @@ import json
 import time
 
 from benchmarks import common
+from keras_capsules.datasets import affine_mnist
 from keras_capsules.datasets import mnist
 from keras_capsules.datasets import multi_mnist
 
@@ -54,6 +57,20 @@ def time_numpy(args, images, labels):
     return rates
 
 
+def time_affine(args, images):
+    """Digits per second of `transform` and `translate` on 10,000 digits."""
+    images = images[:10000]
+    rates = {}
+    for name in ("transform", "translate"):
+        function = getattr(affine_mnist, name)
+        rates[name] = []
+        for seed in range(args.repeats):
+            start = time.perf_counter()
+            function(images, seed=seed)
+            rates[name].append(len(images) / (time.perf_counter() - start))
+    return rates
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--manual-dir", default=None)
@@ -71,8 +88,11 @@ def main(argv=None):
         "pairs_per_epoch": args.pairs,
         "batch_size": args.batch_size,
         "source_images": len(images),
-        "tf_data_pairs_per_s": time_pipeline(args),
+        "tf_data_pairs_per_s": (
+            time_pipeline(args) if args.manual_dir else None
+        ),
         "make_pairs_pairs_per_s": time_numpy(args, images, labels),
+        "affine_digits_per_s": time_affine(args, images),
         "environment": common.environment(),
     }
     print(json.dumps(row, indent=1))
