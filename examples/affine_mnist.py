@@ -244,13 +244,10 @@ class StopAtAccuracy(keras.callbacks.Callback):
         self.steps += 1
         step = self.steps
         if step % self.every == 0:
-            scores = self.model.predict(
-                self.x, batch_size=self.batch_size, verbose=0
-            )
-            accuracy = float(np.mean(scores.argmax(-1) == self.y.argmax(-1)))
-            self.curve.append((step, accuracy))
-            print(f"\nstep {step}: translated-test accuracy {accuracy:.4f}")
-            if accuracy >= self.target:
+            score = accuracy(self.model, self.x, self.y, self.batch_size)
+            self.curve.append((step, score))
+            print(f"\nstep {step}: translated-test accuracy {score:.4f}")
+            if score >= self.target:
                 self.reached = True
                 self.model.stop_training = True
 
