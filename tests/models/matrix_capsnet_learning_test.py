@@ -43,7 +43,7 @@ def _sample():
     )
 
 
-def _accuracy_after_training(test, model):
+def accuracy_after_training(test, model):
     (x_train, y_train), (x_test, y_test) = _sample()
     model.fit(
         x_train, y_train, batch_size=_BATCH, epochs=1, shuffle=False, verbose=0
@@ -64,7 +64,7 @@ class MatrixCapsNetLearningTest(TestCase):
             input_shape=(24, 24, 1), num_classes=10, A=32, B=8, C=8, D=8
         )
         model.compile(jit_compile=_jit())
-        accuracy = _accuracy_after_training(self, model)
+        accuracy = accuracy_after_training(self, model)
         self.assertGreater(accuracy, _BAR, msg=f"accuracy {accuracy}")
 
     def test_functional_model_with_layer_defaults_learns_mnist(self):
@@ -83,5 +83,5 @@ class MatrixCapsNetLearningTest(TestCase):
             loss=SpreadLoss(),
             jit_compile=_jit(),
         )
-        accuracy = _accuracy_after_training(self, model)
+        accuracy = accuracy_after_training(self, model)
         self.assertGreater(accuracy, _BAR, msg=f"accuracy {accuracy}")
