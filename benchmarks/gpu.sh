@@ -10,15 +10,16 @@
 #       .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit;
 #   bash benchmarks/gpu.sh "$OUT" --mnist-dir .mnist
 # with a time limit of at least GPU_BUDGET_S + 90 s. The script writes at
-# most 8 files (summary.txt, log.txt, throughput.jsonl, the MultiMNIST and
-# affine results, and one JSON per learning run), so that a machine that
-# returns few files returns them all.
+# most 8 files (summary.txt, log.txt, throughput.jsonl, the MultiMNIST,
+# affine, viewpoint and adversarial results, and the learning run), so
+# that a machine that returns few files returns them all.
 #
 # Throughput first (CapsNet at batch 100; MatrixCapsNet small and full at
 # batches 32 and 64, with the accelerator's peak memory), then a minute and
-# a half each of the MultiMNIST and affine experiments (CapsNet), then the
-# learning runs that fit in the minutes left (MatrixCapsNet small and full,
-# CapsNet), each on the four MNIST .gz files in --mnist-dir (default: the
+# a half each of the MultiMNIST and affine experiments (CapsNet), a minute
+# of the viewpoint experiment (MatrixCapsNet), FGSM and BIM on the last two
+# models, then a learning run of MatrixCapsNet small in the time left,
+# each on the four MNIST .gz files in --mnist-dir (default: the
 # 5,000-image sample that ships with the package). Every result is written
 # to OUT_DIR as it is measured: a JSON line per throughput point, a JSON
 # file per experiment and learning run (the learning runs flush every
@@ -85,6 +86,8 @@ if [ "$smoke" = 1 ]; then
     learning=(--steps 2 --every 1 --test-images 50 --seeds 0)
     multi_mnist=(--smoke)
     affine=(--smoke)
+    viewpoints=(--smoke)
+    adversarial=(--data sample --images 8 --epsilons 0,0.1 --bim-steps 2)
 else
     timing=(--steps 10 --warmup 2)
     capsnet_batches=100; matrix_batches="32 64"
@@ -94,12 +97,18 @@ else
     multi_mnist=(--pipeline numpy --train-pairs 60000 --test-pairs 10000
         --epochs 20 --max-minutes 1.5)
     affine=(--max-minutes 1.5 --check-every 200)
+    viewpoints=(--max-minutes 1 --check-every 200)
+    adversarial=(--images 500 --epsilons 0,0.05,0.1,0.2,0.3 --bim-steps 5)
     if [ "$mnist_dir" = sample ]; then
         multi_mnist+=(--data sample)
         affine+=(--data sample)
+        viewpoints+=(--data sample)
+        adversarial+=(--data sample)
     else
         multi_mnist+=(--manual-dir "$mnist_dir")
         affine+=(--manual-dir "$mnist_dir")
+        viewpoints+=(--manual-dir "$mnist_dir")
+        adversarial+=(--manual-dir "$mnist_dir")
     fi
 fi
 tmp=$(mktemp -d)
@@ -128,12 +137,25 @@ run affine_capsnet "$python" examples/affine_mnist.py --model capsnet \
     "${affine[@]}" --output-dir "$tmp/affine"
 [ -f "$tmp/affine/results.json" ] &&
     cp "$tmp/affine/results.json" "$out/affine_capsnet.json"
-for model in "matrix_capsnet --preset small" "matrix_capsnet --preset full" \
-    capsnet; do
-    name="learning_${model// --preset /_}"
-    # shellcheck disable=SC2086
-    run "$name" "$python" -u -m benchmarks.learning_curve --model $model \
-        --mnist-dir "$mnist_dir" "${learning[@]}" --json "$out/$name.json"
+# Viewpoints, MatrixCapsNet for a minute.
+run viewpoints_matrix_capsnet "$python" examples/viewpoints_mnist.py \
+    --model matrix_capsnet "${viewpoints[@]}" --output-dir "$tmp/viewpoints"
+[ -f "$tmp/viewpoints/results.json" ] &&
+    cp "$tmp/viewpoints/results.json" "$out/viewpoints_matrix_capsnet.json"
+# FGSM and BIM on the two models just trained.
+attacked=()
+for model in affine/capsnet viewpoints/matrix_capsnet; do
+    [ -f "$tmp/$model.keras" ] &&
+        attacked+=(--model "${model//\//_}=$tmp/$model.keras")
 done
+if [ ${#attacked[@]} -gt 0 ]; then
+    run adversarial "$python" examples/adversarial.py "${attacked[@]}" \
+        "${adversarial[@]}" --output-dir "$tmp/adversarial"
+    [ -f "$tmp/adversarial/results.json" ] &&
+        cp "$tmp/adversarial/results.json" "$out/adversarial.json"
+fi
+run learning_matrix_capsnet_small "$python" -u -m benchmarks.learning_curve \
+    --model matrix_capsnet --preset small --mnist-dir "$mnist_dir" \
+    "${learning[@]}" --json "$out/learning_matrix_capsnet_small.json"
 rm -rf "$tmp"
 cat "$out/summary.txt"
