@@ -300,7 +300,7 @@ def plot(results, epsilons, path):
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    figure, axes = plt.subplots(1, 2, figsize=(9, 4.4), sharey=True)
     for ax, attack_name in zip(axes, ("fgsm", "bim")):
         for name, entry in results.items():
             ax.plot(epsilons, entry[attack_name], marker="o", label=name)
@@ -309,8 +309,11 @@ def plot(results, epsilons, path):
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy")
-    axes[1].legend(loc="upper right")
-    figure.tight_layout()
+    # Below the axes, where it hides no curve.
+    figure.legend(
+        *axes[0].get_legend_handles_labels(), loc="lower center", ncol=2
+    )
+    figure.tight_layout(rect=(0, 0.14, 1, 1))
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
