@@ -100,12 +100,18 @@ class TransformedDigits(keras.utils.PyDataset):
         self.order = self._order()
 
 
-def accuracy(model, x, y, batch_size):
-    """Fraction of `x` whose highest score is the label (one-hot `y`)."""
+def correct(model, x, y, batch_size):
+    """Whether the highest score of each of `x` is its label (one-hot
+    `y`)."""
     scores = keras.ops.convert_to_numpy(
         model.predict(x, batch_size=batch_size, verbose=0)
     )
-    return float(np.mean(scores.argmax(-1) == y.argmax(-1)))
+    return scores.argmax(-1) == y.argmax(-1)
+
+
+def accuracy(model, x, y, batch_size):
+    """Fraction of `x` whose highest score is the label (one-hot `y`)."""
+    return float(np.mean(correct(model, x, y, batch_size)))
 
 
 class StopAtAccuracy(keras.callbacks.Callback):

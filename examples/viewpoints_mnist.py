@@ -144,13 +144,15 @@ def accuracy_by_band(right, angles, args):
         np.arange(args.familiar_angle, args.novel_angle, BAND_DEGREES),
         args.novel_angle,
     )
-    magnitude = np.abs(angles)
+    # Each band holds its lower edge; the last also its upper one.
+    band = np.clip(
+        np.searchsorted(edges, np.abs(angles), side="right") - 1,
+        0,
+        len(edges) - 2,
+    )
     bands = []
     for i, (low, high) in enumerate(zip(edges[:-1], edges[1:])):
-        # Each band holds its lower edge; the last also its upper one.
-        inside = (magnitude >= low) & (
-            (magnitude <= high) if i == len(edges) - 2 else (magnitude < high)
-        )
+        inside = band == i
         if inside.any():
             bands.append(
                 [
@@ -171,10 +173,7 @@ def main(argv=None):
     model = _digits.build_model(args, INPUT_SHAPE)
     print(f"{args.model}: {model.count_params():,} parameters")
     results = _digits.train_until_target(model, train, familiar, args)
-    scores = keras.ops.convert_to_numpy(
-        model.predict(novel[0], batch_size=args.batch_size, verbose=0)
-    )
-    right = scores.argmax(-1) == novel[1].argmax(-1)
+    right = _digits.correct(model, *novel, args.batch_size)
     results.update(
         familiar_angle=args.familiar_angle,
         novel_angle=args.novel_angle,
