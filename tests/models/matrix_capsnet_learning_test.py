@@ -4,7 +4,9 @@ A model that does not learn is a bug however fast and finite it is, so
 these train on the MNIST sample that ships with the package for a fixed
 number of steps and check the test accuracy is far above chance (10 %).
 The images are 24x24 centre crops (MNIST's digits sit in the middle
-20x20), which keeps each model's run under a minute per backend. With the
+20x20), which keeps each model's run under a minute per backend. After
+50 steps (1,600 images) these two tests and CapsNet's scored 73-85 % on
+TensorFlow, JAX and PyTorch (79-88 % after 80 steps). With the
 EM defaults before the window normalisation (all-parents E-step, three
 iterations, the official M-step) both models scored 10.6 % here on
 TensorFlow; with the defaults they pass on every backend.
@@ -22,7 +24,7 @@ from keras_capsules.models import MatrixCapsNet
 from keras_capsules.testing import TestCase
 
 _CROP = slice(2, 26)
-_STEPS = 80
+_STEPS = 50
 _BATCH = 32
 _TEST_IMAGES = 500
 _BAR = 0.5
