@@ -9,12 +9,16 @@ module, so that no test carries its own copy.
 import numpy as np
 
 
-def squash(s, axis=-1, offset=1.0):
-    """Eq. 1 of Sabour et al. 2017, exactly, with v = 0 at s = 0."""
+def squash(s, axis=-1, offset=1.0, form="rational"):
+    """Eq. 1 of Sabour et al. 2017 (`form="rational"`) or the squash of
+    Mazzia et al. 2021, `(1 - exp(-|s|)) s / |s|` (`form="exponential"`),
+    exactly, with v = 0 at s = 0."""
     s = np.asarray(s, dtype="float64")
     squared_norm = np.sum(np.square(s), axis=axis, keepdims=True)
     norm = np.sqrt(squared_norm)
     safe_norm = np.where(norm > 0, norm, 1.0)
+    if form == "exponential":
+        return (1.0 - np.exp(-norm)) * s / safe_norm
     return squared_norm / (offset + squared_norm) * s / safe_norm
 
 
@@ -72,6 +76,32 @@ def dynamic_routing(votes, iterations, bias=None, leaky=False):
         if iteration < iterations - 1:
             logits = logits + np.sum(votes * outputs[..., None, :, :], -1)
     return outputs, coupling
+
+
+def self_attention_routing(votes, prior=None, squash_form="exponential"):
+    """Self-attention routing of Mazzia et al. 2021, as the authors' code
+    computes it: for each parent j, the matrix A_j = U_j U_j^T / sqrt(d) of
+    the dot products between its votes, its row sums as logits, a softmax
+    over the parents, the prior added after it, the weighted sum and the
+    squash.
+
+    `votes` is `(batch, num_in, num_out, dim)`. Returns the output capsules
+    and the coefficients that weighted the votes.
+    """
+    votes = np.asarray(votes, dtype="float64")
+    batch, num_in, num_out, dim = votes.shape
+    logits = np.zeros((batch, num_in, num_out))
+    for b in range(batch):
+        for j in range(num_out):
+            attention = votes[b, :, j] @ votes[b, :, j].T / np.sqrt(dim)
+            logits[b, :, j] = attention.sum(axis=1)
+    coupling = softmax(logits, axis=-1)
+    if prior is not None:
+        coupling = coupling + prior
+    preactivation = np.zeros((batch, num_out, dim))
+    for i in range(num_in):
+        preactivation += coupling[:, i, :, None] * votes[:, i]
+    return squash(preactivation, form=squash_form), coupling
 
 
 def margin_loss(

@@ -9,4 +9,5 @@ from keras_capsules.ops.patches import add_coordinates
 from keras_capsules.ops.patches import coordinate_grid
 from keras_capsules.ops.patches import extract_capsule_patches
 from keras_capsules.ops.patches import fold_capsule_patches
+from keras_capsules.ops.self_attention import self_attention_routing
 from keras_capsules.ops.squash import squash

@@ -11,9 +11,10 @@ from tests import references
 class _SquashedWeight(keras.layers.Layer):
     """Feeds a trainable weight through `squash`, to take a gradient step."""
 
-    def __init__(self, value, **kwargs):
+    def __init__(self, value, form, **kwargs):
         super().__init__(**kwargs)
         self.value = np.asarray(value, dtype="float32")
+        self.form = form
 
     def build(self, input_shape):
         self.w = self.add_weight(
@@ -23,13 +24,13 @@ class _SquashedWeight(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        return inputs * ops.reshape(squash(self.w), (1, -1))
+        return inputs * ops.reshape(squash(self.w, form=self.form), (1, -1))
 
 
-def _fit_one_step(value):
+def _fit_one_step(value, form="rational"):
     """One SGD step on `squash(w)`; returns the updated weight and output."""
     inputs = keras.Input(shape=(1,))
-    layer = _SquashedWeight(value)
+    layer = _SquashedWeight(value, form)
     model = keras.Model(inputs, layer(inputs))
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     x = np.ones((2, 1), dtype="float32")
@@ -56,6 +57,38 @@ class SquashTest(TestCase):
         output = squash(x, axis=axis, offset=offset)
         self.assertEqual(tuple(output.shape), shape)
         self.assertAllClose(output, expected, atol=1e-6, rtol=1e-5)
+
+    @parameterized.named_parameters(
+        ("vector", (3,), -1),
+        ("capsules", (2, 3, 8), -1),
+        ("middle", (2, 8, 3), 1),
+    )
+    def test_exponential_matches_numpy_reference(self, shape, axis):
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 10.0], shape)
+        x = x.astype("float32")
+        expected = references.squash(x, axis=axis, form="exponential")
+        output = squash(x, axis=axis, form="exponential")
+        self.assertAllClose(output, expected, atol=1e-6, rtol=1e-5)
+
+    def test_exponential_form_values(self):
+        x = np.array([[3.0, 4.0], [0.0, 0.0], [1e-4, 0.0]], dtype="float32")
+        expected = np.array(
+            [
+                [0.6 * (1 - np.exp(-5.0)), 0.8 * (1 - np.exp(-5.0))],
+                [0.0, 0.0],
+                [1e-4 * (1 - np.exp(-1e-4)) / 1e-4, 0.0],
+            ]
+        )
+        self.assertAllClose(
+            squash(x, form="exponential"), expected, atol=1e-7, rtol=1e-4
+        )
+
+    def test_invalid_form_raises(self):
+        with self.assertRaisesRegex(
+            ValueError, r"form.*Received: form=hinton$"
+        ):
+            squash(np.ones((2, 3), dtype="float32"), form="hinton")
 
     def test_default_offset_is_the_paper_form(self):
         x = np.array([[3.0, 4.0]], dtype="float32")
@@ -89,9 +122,10 @@ class SquashTest(TestCase):
         ("large", [1e4, -1e4, 1e4]),
     )
     def test_gradient_step_is_finite(self, value):
-        weight, output = _fit_one_step(value)
-        self.assertAllFinite(weight)
-        self.assertAllFinite(output)
+        for form in ("rational", "exponential"):
+            weight, output = _fit_one_step(value, form)
+            self.assertAllFinite(weight)
+            self.assertAllFinite(output)
 
     def test_gradient_step_moves_nonzero_vector(self):
         value = [0.3, -0.2, 0.1]
@@ -111,14 +145,17 @@ class SquashTest(TestCase):
     def test_half_precision_keeps_dtype_and_stays_finite(self, dtype):
         # |s|^2 = 250,000 overflows float16, so this needs float32 inside.
         x = ops.cast(np.array([[300.0, 400.0], [0.0, 0.0]]), dtype)
-        output = squash(x)
-        self.assertEqual(keras.backend.standardize_dtype(output.dtype), dtype)
-        self.assertAllFinite(ops.cast(output, "float32"))
-        self.assertAllClose(
-            ops.cast(output, "float32"),
-            np.array([[0.6, 0.8], [0.0, 0.0]]),
-            atol=1e-2,
-        )
+        for form in ("rational", "exponential"):
+            output = squash(x, form=form)
+            self.assertEqual(
+                keras.backend.standardize_dtype(output.dtype), dtype
+            )
+            self.assertAllFinite(ops.cast(output, "float32"))
+            self.assertAllClose(
+                ops.cast(output, "float32"),
+                np.array([[0.6, 0.8], [0.0, 0.0]]),
+                atol=1e-2,
+            )
 
     def test_integer_input_becomes_floatx(self):
         output = squash(np.array([[3, 4]], dtype="int32"))

@@ -1,0 +1,172 @@
+import keras
+import numpy as np
+from absl.testing import parameterized
+from keras import ops
+
+from keras_capsules.ops import self_attention_routing
+from keras_capsules.testing import TestCase
+from tests import references
+
+
+def _random_votes(shape, scale=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * scale).astype("float32")
+
+
+def _degenerate_votes(kind, shape=(2, 6, 4, 3)):
+    if kind == "zero":
+        return np.zeros(shape, dtype="float32")
+    if kind == "identical":
+        return np.broadcast_to(_random_votes(shape[-1:]), shape).copy()
+    return _random_votes(shape, scale=1e4)
+
+
+class _RoutedWeight(keras.layers.Layer):
+    """Routes a trainable votes weight, to take a gradient step."""
+
+    def __init__(self, votes, prior, **kwargs):
+        super().__init__(**kwargs)
+        self.votes = np.asarray(votes, dtype="float32")
+        self.prior = prior
+
+    def build(self, input_shape):
+        self.w = self.add_weight(
+            name="votes",
+            shape=self.votes.shape,
+            initializer=keras.initializers.Constant(self.votes),
+        )
+
+    def call(self, inputs):
+        outputs = self_attention_routing(self.w, prior=self.prior)
+        return inputs * ops.reshape(outputs, (1, -1))
+
+
+class SelfAttentionRoutingTest(TestCase):
+    @parameterized.named_parameters(
+        ("small", (2, 5, 4, 3), False, "exponential"),
+        ("mnist_sizes", (3, 16, 10, 16), False, "exponential"),
+        ("with_prior", (2, 5, 4, 3), True, "exponential"),
+        ("rational_squash", (2, 5, 4, 3), True, "rational"),
+    )
+    def test_matches_the_authors_equations(self, shape, with_prior, form):
+        votes = _random_votes(shape)
+        prior = None
+        if with_prior:
+            prior = _random_votes(shape[1:3], scale=0.3, seed=1)
+        outputs, coupling = self_attention_routing(
+            votes, prior=prior, squash_form=form, return_coupling=True
+        )
+        expected, expected_coupling = references.self_attention_routing(
+            votes, prior=prior, squash_form=form
+        )
+        self.assertEqual(tuple(outputs.shape), (shape[0],) + shape[2:])
+        self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-4)
+        self.assertAllClose(coupling, expected_coupling, atol=1e-5)
+
+    def test_leading_dimensions(self):
+        votes = _random_votes((2, 3, 5, 4, 3))
+        outputs = self_attention_routing(votes)
+        expected, _ = references.self_attention_routing(
+            votes.reshape((6, 5, 4, 3))
+        )
+        self.assertAllClose(
+            outputs, expected.reshape((2, 3, 4, 3)), atol=1e-5, rtol=1e-4
+        )
+
+    def test_coupling_without_prior_sums_to_one_over_parents(self):
+        _, coupling = self_attention_routing(
+            _random_votes((2, 7, 4, 3)), return_coupling=True
+        )
+        self.assertAllClose(ops.sum(coupling, axis=-1), np.ones((2, 7)))
+
+    def test_agreeing_votes_get_more_weight(self):
+        # Parent 0 receives three equal votes and one opposite; the
+        # opposite child then sends most of its weight to parent 1.
+        votes = np.zeros((1, 4, 2, 2), dtype="float32")
+        votes[0, :3, 0] = [1.0, 0.0]
+        votes[0, 3, 0] = [-1.0, 0.0]
+        votes[0, :, 1] = [0.0, 0.5]
+        _, coupling = self_attention_routing(votes, return_coupling=True)
+        coupling = ops.convert_to_numpy(coupling)[0]
+        self.assertTrue(np.all(coupling[:3, 0] > 0.5))
+        self.assertLess(coupling[3, 0], 0.5)
+
+    @parameterized.named_parameters(
+        ("zero", "zero"), ("identical", "identical"), ("large", "large")
+    )
+    def test_degenerate_votes_stay_finite(self, kind):
+        votes = _degenerate_votes(kind)
+        outputs, coupling = self_attention_routing(votes, return_coupling=True)
+        self.assertAllFinite([outputs, coupling])
+        lengths = np.linalg.norm(ops.convert_to_numpy(outputs), axis=-1)
+        self.assertTrue(np.all(lengths <= 1.0 + 1e-6))
+        expected, expected_coupling = references.self_attention_routing(votes)
+        # Votes of 1e4 give logits of ~1e8: only checked loosely there.
+        atol = 1e-2 if kind == "large" else 1e-5
+        self.assertAllClose(outputs, expected, atol=atol, rtol=atol)
+        self.assertAllClose(coupling, expected_coupling, atol=atol)
+
+    def test_degenerate_votes_gradient_step_is_finite(self):
+        inputs = keras.Input(shape=(1,))
+        layers = [
+            _RoutedWeight(_degenerate_votes(kind), prior)
+            for kind in ("zero", "identical", "large")
+            for prior in (None, np.full((6, 4), 0.1, dtype="float32"))
+        ]
+        outputs = keras.layers.Concatenate()([lay(inputs) for lay in layers])
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        x = np.ones((2, 1), dtype="float32")
+        y = np.full((2, outputs.shape[-1]), 0.5, dtype="float32")
+        model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+        self.assertAllFinite([layer.w for layer in layers])
+        self.assertAllFinite(model.predict(x, verbose=0))
+
+    @parameterized.named_parameters(
+        ("float16", "float16"), ("bfloat16", "bfloat16")
+    )
+    def test_half_precision_votes(self, dtype):
+        votes = _random_votes((2, 5, 4, 3), scale=300.0)
+        outputs, coupling = self_attention_routing(
+            ops.cast(votes, dtype), return_coupling=True
+        )
+        for tensor in (outputs, coupling):
+            self.assertEqual(
+                keras.backend.standardize_dtype(tensor.dtype), dtype
+            )
+        outputs = ops.cast(outputs, "float32")
+        self.assertAllFinite(outputs)
+        expected, _ = references.self_attention_routing(
+            ops.convert_to_numpy(ops.cast(ops.cast(votes, dtype), "float32"))
+        )
+        self.assertAllClose(outputs, expected, atol=2e-2, rtol=2e-2)
+
+    def test_symbolic_votes(self):
+        outputs = self_attention_routing(keras.Input(shape=(3, 5, 4, 2)))
+        self.assertEqual(tuple(outputs.shape), (None, 3, 4, 2))
+
+    def test_low_rank_votes_raise(self):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"Argument votes must have rank >= 3.*"
+            r"Received: votes\.shape=\(4, 2\)$",
+        ):
+            self_attention_routing(_random_votes((4, 2)))
+
+    def test_mismatched_prior_raises(self):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"Argument prior must broadcast to .* \(5, 4\)\. "
+            r"Received: prior\.shape=\(4, 5\)$",
+        ):
+            self_attention_routing(
+                _random_votes((2, 5, 4, 3)), prior=np.zeros((4, 5), "float32")
+            )
+
+    def test_unknown_squash_form_raises(self):
+        with self.assertRaisesRegex(
+            ValueError, r"squash_form.*Received: squash_form=hinton$"
+        ):
+            self_attention_routing(
+                _random_votes((2, 5, 4, 3)), squash_form="hinton"
+            )
