@@ -52,6 +52,19 @@ def conv2d(x, kernel, strides, padding):
     return out
 
 
+def depthwise_conv2d(x, kernel, strides, padding):
+    """Each channel c filtered alone by its kernels kernel[..., c, :];
+    output channel c * multiplier + m."""
+    channels = kernel.shape[2]
+    return np.concatenate(
+        [
+            conv2d(x[..., c : c + 1], kernel[:, :, c : c + 1], strides, padding)
+            for c in range(channels)
+        ],
+        axis=-1,
+    )
+
+
 def dynamic_routing(votes, iterations, bias=None, leaky=False):
     """Procedure 1 of Sabour et al. 2017, with the official code's options
     (a bias before the squash; leaky routing's extra zero logit).

@@ -1,6 +1,7 @@
 """Public ops of keras_capsules."""
 
 from keras_capsules.ops.conv import conv2d
+from keras_capsules.ops.conv import depthwise_conv2d
 from keras_capsules.ops.dynamic import dynamic_routing
 from keras_capsules.ops.em import OFFICIAL_EM_OPTIONS
 from keras_capsules.ops.em import em_conv_routing

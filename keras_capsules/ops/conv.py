@@ -1,4 +1,4 @@
-"""A strided 2-D convolution whose gradient stays fast under XLA on CPU."""
+"""2-D convolutions whose gradients stay fast under XLA on CPU."""
 
 from keras import ops
 
@@ -75,6 +75,59 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
     inputs = inputs[:, :padded_h, :padded_w, :]
     folded = _space_to_depth(inputs, strides)
     return ops.conv(folded, folded_kernel, strides=1, padding="valid")
+
+
+def depthwise_conv2d(inputs, kernel, strides=1, padding="valid"):
+    """Depthwise 2-D convolution, channels last, fast for a single window.
+
+    Same result as `keras.ops.depthwise_conv(inputs, kernel, strides,
+    padding)`: every input channel is filtered by its own
+    `depth_multiplier` kernels, output channel `c * depth_multiplier + m`
+    coming from channel `c`. When the window fits only once on the input
+    (a `"valid"` convolution with a 1x1 output, as in Efficient-CapsNet's
+    primary capsules), it is computed as one `keras.ops.einsum` over that
+    window: XLA's CPU backend runs the gradient of a grouped convolution
+    many times slower, and this makes a training step of the whole
+    Efficient-CapsNet about 2.7 times faster on TensorFlow
+    (docs/performance.md). Other shapes use `keras.ops.depthwise_conv`.
+
+    Args:
+        inputs: Tensor of shape `(batch, height, width, channels)`.
+        kernel: Tensor of shape `(kernel_h, kernel_w, channels,
+            depth_multiplier)`.
+        strides: Integer or pair of integers. Defaults to `1`.
+        padding: `"valid"` or `"same"`. Defaults to `"valid"`.
+
+    Returns:
+        Tensor of shape `(batch, out_h, out_w, channels *
+        depth_multiplier)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> x = np.random.rand(2, 9, 9, 128).astype("float32")
+    >>> w = np.random.rand(9, 9, 128, 1).astype("float32")
+    >>> tuple(keras_capsules.ops.depthwise_conv2d(x, w).shape)
+    (2, 1, 1, 128)
+    """
+    strides = normalize_pair(strides, "strides")
+    padding = normalize_padding(padding)
+    kernel_h, kernel_w, channels, multiplier = kernel.shape
+    height, width = inputs.shape[1], inputs.shape[2]
+    single_window = (
+        padding == "valid"
+        and None not in (height, width)
+        and kernel_h <= height < kernel_h + strides[0]
+        and kernel_w <= width < kernel_w + strides[1]
+    )
+    if not single_window:
+        return ops.depthwise_conv(
+            inputs, kernel, strides=strides, padding=padding
+        )
+    window = inputs[:, :kernel_h, :kernel_w, :]
+    outputs = ops.einsum("bhwc,hwcm->bcm", window, kernel)
+    return ops.reshape(outputs, (-1, 1, 1, channels * multiplier))
 
 
 def _space_to_depth(inputs, strides):

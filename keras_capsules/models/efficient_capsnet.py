@@ -1,0 +1,513 @@
+"""EfficientCapsNet: self-attention routing (Mazzia et al. 2021)."""
+
+import types
+
+import keras
+
+from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_non_negative_number
+from keras_capsules._validation import check_option
+from keras_capsules._validation import check_positive_int
+from keras_capsules.layers.depthwise_primary_caps import DepthwisePrimaryCaps
+from keras_capsules.layers.length import Length
+from keras_capsules.layers.self_attention_caps import SelfAttentionCaps
+from keras_capsules.models._capsule_classifier import CapsuleClassifier
+from keras_capsules.models._capsule_classifier import dense_decoder
+from keras_capsules.ops._geometry import conv_output_length
+
+# The authors' three networks (their `efficient_capsnet_graph_*.py`): the
+# MultiMNIST one strides twice more to reach a 1x1 map from 36x36, the
+# smallNORB one starts with a 7x7 stride-2 convolution on the stereo pair
+# and uses LeakyReLU, instance normalisation and a convolutional decoder.
+_PRESETS = {
+    "mnist": {"input_shape": (28, 28, 1)},
+    "multimnist": {
+        "input_shape": (36, 36, 1),
+        "conv_strides": (1, 1, 2, 2),
+        "primary_kernel_size": 5,
+        "primary_strides": 2,
+        "num_objects": 2,
+    },
+    "smallnorb": {
+        "input_shape": (48, 48, 2),
+        "num_classes": 5,
+        "conv_kernel_sizes": (7, 3, 3, 3),
+        "conv_strides": (2, 1, 1, 2),
+        "primary_kernel_size": 8,
+        "activation": "leaky_relu",
+        "normalization": "instance",
+        "decoder": "convolutional",
+    },
+}
+_ACTIVATIONS = ("relu", "leaky_relu")
+_NORMALIZATIONS = ("batch", "instance")
+_DECODERS = ("dense", "convolutional")
+# The hidden layers of the dense decoder (Sabour et al.'s).
+_DENSE_DECODER_UNITS = (512, 1024)
+# The convolutional decoder grows an 8x8 map to 48x48: three bilinear 2x
+# upsamplings, each followed by a valid 3x3 convolution, and a last one.
+_CONV_DECODER_SIZE = 48
+
+
+def _check_int_tuple(value, name, length=None):
+    valid = (
+        isinstance(value, (tuple, list))
+        and len(value) > 0
+        and (length is None or len(value) == length)
+        and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0
+            for v in value
+        )
+    )
+    if not valid:
+        size = f"{length} " if length is not None else ""
+        raise ValueError(
+            f"Argument {name} must be a tuple of {size}positive integers, "
+            f"one per convolution. Received: {name}={value!r}"
+        )
+    return tuple(value)
+
+
+def _conv_decoder(num_inputs, image_shape):
+    """The authors' smallNORB decoder: a dense map of 8x8, three rounds of
+    bilinear 2x upsampling and a valid 3x3 LeakyReLU(0.2) convolution,
+    then a sigmoid 3x3 convolution to the image's channels."""
+    base = _CONV_DECODER_SIZE // 6
+    layers = [
+        keras.Input(shape=(num_inputs,)),
+        keras.layers.Dense(base * base, name="decoder_dense"),
+        keras.layers.Reshape((base, base, 1), name="decoder_reshape"),
+    ]
+    for i, filters in enumerate((64, 128, 128)):
+        layers += [
+            keras.layers.UpSampling2D(
+                interpolation="bilinear", name=f"decoder_upsampling_{i}"
+            ),
+            keras.layers.Conv2D(
+                filters,
+                3,
+                activation=keras.layers.LeakyReLU(negative_slope=0.2),
+                name=f"decoder_conv_{i}",
+            ),
+        ]
+    layers.append(
+        keras.layers.Conv2D(
+            image_shape[-1], 3, activation="sigmoid", name="decoder_output"
+        )
+    )
+    return keras.Sequential(layers, name="decoder")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class EfficientCapsNet(CapsuleClassifier):
+    """The Efficient-CapsNet of Mazzia, Salvetti & Chiaberge (2021).
+
+    Four valid convolutions, each followed by its activation and a
+    normalisation, reduce the image to a small feature map (9x9x128 for
+    MNIST); a depthwise convolution over the whole map turns it into 16
+    primary capsules of 8 dimensions (`DepthwisePrimaryCaps`), which
+    self-attention routing sends to one 16D capsule per class in a single
+    pass (`SelfAttentionCaps`). Both capsule layers use the paper's
+    exponential squash. The output is the length of each class capsule:
+    `predict(x)` returns shape `(batch_size, num_classes)` and the class is
+    its argmax. With the defaults (the MNIST network) the encoder has
+    161,824 trainable parameters (the batch normalisations hold 576 more,
+    not trained), the dense decoder 1,411,344.
+
+    The decoder reconstructs the image from the class capsules with all
+    but one masked out: that of the true label during training and
+    evaluation, the longest in `reconstruct(x)`. Its loss,
+    `reconstruction_weight` times the mean squared error per pixel, is
+    added to the margin loss, as in the authors' code (0.392 per pixel is
+    Sabour et al.'s 0.0005 per image summed over 784 pixels). Training
+    works as in `CapsNet`: `fit(x, y)` with one-hot labels; with
+    `num_objects=2` (MultiMNIST) the targets are the dict that
+    `keras_capsules.datasets.multi_mnist` yields and each digit is
+    reconstructed from its own capsule.
+
+    `EfficientCapsNet.from_preset(name)` builds the authors' networks for
+    `"mnist"` (28x28x1, the defaults), `"multimnist"` (36x36x1, two more
+    strides and a 5x5 stride-2 primary kernel, two objects) and
+    `"smallnorb"` (48x48x2 stereo pairs, 5 classes, a 7x7 stride-2 first
+    convolution, LeakyReLU and instance normalisation, an 8x8 primary
+    kernel and a convolutional decoder); `EfficientCapsNet.presets` maps
+    each name to its arguments.
+
+    Where the paper and the authors' code differ, this model follows the
+    code: see `keras_capsules.ops.self_attention_routing` and
+    docs/self_attention_routing.md.
+
+    Args:
+        input_shape: Tuple of 3 integers, the `(height, width, channels)`
+            of the images, channels last. Defaults to `(28, 28, 1)`.
+        num_classes: Integer, the number of classes (class capsules).
+            Defaults to `10`.
+        conv_filters: Tuple of integers, the filters of each convolution.
+            Defaults to `(32, 64, 64, 128)`.
+        conv_kernel_sizes: Tuple of integers, one kernel size per
+            convolution. Defaults to `(5, 3, 3, 3)`.
+        conv_strides: Tuple of integers, one stride per convolution.
+            Defaults to `(1, 1, 1, 2)`.
+        activation: `"relu"` or `"leaky_relu"` (negative slope 0.3, the
+            Keras default the authors use), applied after each
+            convolution. Defaults to `"relu"`.
+        normalization: `"batch"` or `"instance"`, after each activation.
+            Defaults to `"batch"`.
+        primary_kernel_size: Integer, the window of the depthwise primary
+            convolution (the whole feature map in the presets). Defaults
+            to `9`.
+        primary_strides: Integer, its stride. Defaults to `1`.
+        primary_capsule_dim: Integer, the dimension of the primary
+            capsules; it must divide the last convolution's filters.
+            Defaults to `8`.
+        capsule_dim: Integer, the dimension of the class capsules.
+            Defaults to `16`.
+        decoder: `"dense"` (512 and 1024 ReLU units, then a sigmoid unit
+            per pixel), `"convolutional"` (the smallNORB decoder, for
+            48x48 images) or `None` (no decoder and no reconstruction
+            loss). Defaults to `"dense"`.
+        reconstruction_weight: Float, the weight of the per-pixel mean
+            squared reconstruction error. Defaults to `0.392`.
+        num_objects: Integer, the number of objects in each image: `1`, or
+            `2` for MultiMNIST. Defaults to `1`.
+        **kwargs: Keyword arguments of `keras.Model`, such as `name`.
+
+    Call arguments:
+        inputs: Images of shape `(batch_size, height, width, channels)`,
+            with values in `[0, 1]` to match the sigmoid decoder.
+        training: Python boolean, whether the call is in training mode.
+
+    Returns:
+        Class capsule lengths of shape `(batch_size, num_classes)`.
+
+    Raises:
+        TypeError: If a boolean or numeric argument has the wrong type.
+        ValueError: If an argument is out of its documented range, if the
+            convolutions leave no positions on `input_shape`, or if the
+            convolutional decoder is asked for images other than 48x48.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_capsules
+    >>> model = keras_capsules.models.EfficientCapsNet()  # the MNIST network
+    >>> model.compile()  # Adam 5e-4 x0.97 per epoch, MarginLoss, accuracy.
+    >>> x = np.random.rand(8, 28, 28, 1).astype("float32")
+    >>> y = np.eye(10, dtype="float32")[np.arange(8)]
+    >>> history = model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    >>> model.predict(x, verbose=0).shape  # capsule lengths
+    (8, 10)
+    >>> tuple(model.reconstruct(x).shape)  # by the predicted class
+    (8, 28, 28, 1)
+
+    Reference:
+        - [Mazzia, Salvetti & Chiaberge, 2021](
+          https://doi.org/10.1038/s41598-021-93977-0)
+        - [The authors' TensorFlow code](
+          https://github.com/EscVM/Efficient-CapsNet)
+    """
+
+    reconstruction_reduction = "mean"
+
+    # Read-only: name -> the arguments that differ from the defaults.
+    presets = types.MappingProxyType(
+        {
+            name: types.MappingProxyType(arguments)
+            for name, arguments in _PRESETS.items()
+        }
+    )
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """Builds one of the authors' networks.
+
+        Args:
+            preset: `"mnist"`, `"multimnist"` or `"smallnorb"`.
+                `EfficientCapsNet.presets` maps each name to the arguments
+                it sets.
+            **kwargs: Any other argument of `EfficientCapsNet`; those given
+                here override the preset's.
+
+        Returns:
+            An uncompiled `EfficientCapsNet`.
+
+        Raises:
+            ValueError: If `preset` is not one of the names above.
+
+        Example:
+
+        >>> import keras_capsules
+        >>> model = keras_capsules.models.EfficientCapsNet.from_preset(
+        ...     "smallnorb", decoder=None
+        ... )
+        >>> model.count_params()  # 151,664 trained, 0 frozen
+        151664
+        """
+        check_option(preset, "preset", tuple(_PRESETS))
+        return cls(**{**_PRESETS[preset], **kwargs})
+
+    def __init__(
+        self,
+        input_shape=(28, 28, 1),
+        num_classes=10,
+        conv_filters=(32, 64, 64, 128),
+        conv_kernel_sizes=(5, 3, 3, 3),
+        conv_strides=(1, 1, 1, 2),
+        activation="relu",
+        normalization="batch",
+        primary_kernel_size=9,
+        primary_strides=1,
+        primary_capsule_dim=8,
+        capsule_dim=16,
+        decoder="dense",
+        reconstruction_weight=0.392,
+        num_objects=1,
+        **kwargs,
+    ):
+        input_shape = check_image_shape(input_shape)
+        for name, value in (
+            ("num_classes", num_classes),
+            ("primary_kernel_size", primary_kernel_size),
+            ("primary_strides", primary_strides),
+            ("primary_capsule_dim", primary_capsule_dim),
+            ("capsule_dim", capsule_dim),
+            ("num_objects", num_objects),
+        ):
+            check_positive_int(value, name)
+        conv_filters = _check_int_tuple(conv_filters, "conv_filters")
+        depth = len(conv_filters)
+        conv_kernel_sizes = _check_int_tuple(
+            conv_kernel_sizes, "conv_kernel_sizes", depth
+        )
+        conv_strides = _check_int_tuple(conv_strides, "conv_strides", depth)
+        check_option(activation, "activation", _ACTIVATIONS)
+        check_option(normalization, "normalization", _NORMALIZATIONS)
+        if decoder is not None:
+            check_option(decoder, "decoder", _DECODERS)
+        check_non_negative_number(
+            reconstruction_weight, "reconstruction_weight"
+        )
+        if num_objects > num_classes:
+            raise ValueError(
+                "Argument num_objects must be at most num_classes "
+                f"({num_classes}): the objects of an image are of different "
+                f"classes. Received: num_objects={num_objects}"
+            )
+        if conv_filters[-1] % primary_capsule_dim:
+            raise ValueError(
+                "Argument primary_capsule_dim must divide the filters of "
+                f"the last convolution ({conv_filters[-1]}). Received: "
+                f"primary_capsule_dim={primary_capsule_dim}"
+            )
+        size = min(input_shape[:2])
+        for kernel, stride in zip(
+            conv_kernel_sizes + (primary_kernel_size,),
+            conv_strides + (primary_strides,),
+        ):
+            size = conv_output_length(size, kernel, stride, "valid")
+        if size < 1:
+            raise ValueError(
+                "The images are too small for the convolutions: with "
+                f"kernels {conv_kernel_sizes}, strides {conv_strides} and a "
+                f"{primary_kernel_size}x{primary_kernel_size} primary "
+                "kernel, all without padding, no position is left. "
+                f"Received: input_shape={input_shape}"
+            )
+        if decoder == "convolutional" and input_shape[:2] != (
+            _CONV_DECODER_SIZE,
+            _CONV_DECODER_SIZE,
+        ):
+            raise ValueError(
+                "The convolutional decoder draws 48x48 images; use decoder="
+                '"dense" for other sizes. '
+                f"Received: input_shape={input_shape}"
+            )
+
+        # === Layers ===
+        # Held in locals until the functional model exists (the PyTorch
+        # backend cannot track sublayers assigned before `Model.__init__`).
+        features = []
+        for i, (filters, kernel, stride) in enumerate(
+            zip(conv_filters, conv_kernel_sizes, conv_strides)
+        ):
+            features.append(
+                keras.layers.Conv2D(
+                    filters,
+                    kernel,
+                    strides=stride,
+                    kernel_initializer="he_normal",
+                    name=f"conv{i + 1}",
+                )
+            )
+            if activation == "relu":
+                features.append(keras.layers.ReLU(name=f"relu{i + 1}"))
+            else:
+                features.append(
+                    keras.layers.LeakyReLU(name=f"leaky_relu{i + 1}")
+                )
+            if normalization == "batch":
+                features.append(
+                    keras.layers.BatchNormalization(name=f"norm{i + 1}")
+                )
+            else:
+                # Instance normalisation, with the authors' random
+                # initial scale and offset.
+                features.append(
+                    keras.layers.GroupNormalization(
+                        groups=-1,
+                        epsilon=1e-3,
+                        beta_initializer="random_uniform",
+                        gamma_initializer="random_uniform",
+                        name=f"norm{i + 1}",
+                    )
+                )
+        primary_caps = DepthwisePrimaryCaps(
+            capsule_dim=primary_capsule_dim,
+            kernel_size=primary_kernel_size,
+            strides=primary_strides,
+            name="primary_caps",
+        )
+        digit_caps = SelfAttentionCaps(
+            num_capsules=num_classes, capsule_dim=capsule_dim, name="digit_caps"
+        )
+        length = Length(name="length")
+        decoder_model = None
+        if decoder == "dense":
+            decoder_model = dense_decoder(
+                num_classes * capsule_dim,
+                _DENSE_DECODER_UNITS,
+                input_shape,
+                kernel_initializer="he_normal",
+                output_initializer="glorot_normal",
+            )
+        elif decoder == "convolutional":
+            decoder_model = _conv_decoder(
+                num_classes * capsule_dim, input_shape
+            )
+
+        # === Functional Model ===
+        images = keras.Input(shape=input_shape, name="images")
+        x = images
+        for layer in features:
+            x = layer(x)
+        capsules = digit_caps(primary_caps(x))
+        super().__init__(
+            inputs=images,
+            outputs=length(capsules),
+            length=length,
+            decoder=decoder_model,
+            num_classes=num_classes,
+            capsule_dim=capsule_dim,
+            num_objects=num_objects,
+            image_shape=input_shape,
+            reconstruction_weight=reconstruction_weight,
+            **kwargs,
+        )
+        self.features = features
+        self.primary_caps = primary_caps
+        self.digit_caps = digit_caps
+
+        # === Config ===
+        self.conv_filters = conv_filters
+        self.conv_kernel_sizes = conv_kernel_sizes
+        self.conv_strides = conv_strides
+        self.activation = activation
+        self.normalization = normalization
+        self.primary_kernel_size = primary_kernel_size
+        self.primary_strides = primary_strides
+        self.primary_capsule_dim = primary_capsule_dim
+        self.decoder_kind = decoder
+
+    def class_capsules(self, x, training=False):
+        """Returns the class capsules of images `x`.
+
+        Args:
+            x: Images of shape `(batch_size, height, width, channels)`.
+            training: Python boolean, whether to run in training mode.
+                Defaults to `False`.
+
+        Returns:
+            A tensor of shape `(batch_size, num_classes, capsule_dim)`,
+            whose lengths `predict` returns.
+        """
+        for layer in self.features:
+            x = layer(x, training=training)
+        primary = self.primary_caps(x, training=training)
+        return self.digit_caps(primary, training=training)
+
+    def compile(self, optimizer="auto", *args, steps_per_epoch=3750, **kwargs):
+        """Configures the model for training, with the authors' defaults.
+
+        As `CapsNet.compile`: the margin loss (0.9 / 0.1 / 0.5, summed over
+        the classes) plus the reconstruction loss, the accuracy, and XLA on
+        TensorFlow and JAX; the optimizer of `"auto"` is
+        `default_optimizer(steps_per_epoch)`.
+
+        Args:
+            optimizer: An optimizer, or `"auto"` for the authors' Adam.
+                Defaults to `"auto"`.
+            *args: Other positional arguments of `keras.Model.compile`.
+            steps_per_epoch: Positive integer, the training steps in an
+                epoch, for the decay of the `"auto"` learning rate.
+                Defaults to `3750`, the steps of 60,000 images at batch 16.
+            **kwargs: Other arguments of `CapsNet.compile` and
+                `keras.Model.compile`.
+        """
+        if optimizer == "auto":
+            optimizer = self.default_optimizer(steps_per_epoch)
+        super().compile(optimizer, *args, **kwargs)
+
+    def default_optimizer(self, steps_per_epoch=3750):
+        """The optimizer of `compile(optimizer="auto")`: the authors' Adam.
+
+        Adam with a learning rate of 5e-4 multiplied by 0.97 after every
+        epoch, down to 5e-5 (reached after 76 epochs), as a step function
+        of the training step
+        (`keras.optimizers.schedules.PiecewiseConstantDecay`).
+
+        Args:
+            steps_per_epoch: Positive integer, the training steps in an
+                epoch. Defaults to `3750`, the steps of 60,000 images at
+                batch 16.
+
+        Returns:
+            A `keras.optimizers.Adam`.
+
+        Raises:
+            ValueError: If `steps_per_epoch` is not a positive integer.
+        """
+        check_positive_int(steps_per_epoch, "steps_per_epoch")
+        rates = [5e-4]
+        while rates[-1] * 0.97 > 5e-5:
+            rates.append(5e-4 * 0.97 ** len(rates))
+        rates.append(5e-5)
+        boundaries = [steps_per_epoch * epoch for epoch in range(1, len(rates))]
+        return keras.optimizers.Adam(
+            learning_rate=keras.optimizers.schedules.PiecewiseConstantDecay(
+                boundaries, rates
+            )
+        )
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "input_shape": self.image_shape,
+            "num_classes": self.num_classes,
+            "conv_filters": self.conv_filters,
+            "conv_kernel_sizes": self.conv_kernel_sizes,
+            "conv_strides": self.conv_strides,
+            "activation": self.activation,
+            "normalization": self.normalization,
+            "primary_kernel_size": self.primary_kernel_size,
+            "primary_strides": self.primary_strides,
+            "primary_capsule_dim": self.primary_capsule_dim,
+            "capsule_dim": self.capsule_dim,
+            "decoder": self.decoder_kind,
+            "reconstruction_weight": self.reconstruction_weight,
+            "num_objects": self.num_objects,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
