@@ -10,12 +10,16 @@
 #       .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit;
 #   bash benchmarks/gpu.sh "$OUT" --mnist-dir .mnist
 # with a time limit of at least GPU_BUDGET_S + 90 s. The script writes at
-# most 8 files (summary.txt, log.txt, throughput.jsonl, the MultiMNIST,
-# affine, viewpoint and adversarial results, and the learning run), so
-# that a machine that returns few files returns them all.
+# most 9 files (summary.txt, log.txt, throughput.jsonl, the
+# EfficientCapsNet run, the MultiMNIST, affine, viewpoint and adversarial
+# results, and the learning run), so that a machine that returns few files
+# returns them all.
 #
-# Throughput first (CapsNet at batch 100; MatrixCapsNet small and full at
-# batches 32 and 64, with the accelerator's peak memory), then a minute and
+# Throughput first (CapsNet and EfficientCapsNet at batch 100), then
+# EfficientCapsNet on MNIST for two minutes (the authors' batch 16, the
+# test accuracy after every epoch), then the throughput of MatrixCapsNet
+# small and full at batches 32 and 64 (with the accelerator's peak
+# memory), then a minute and
 # a half each of the MultiMNIST and affine experiments (CapsNet), a minute
 # of the viewpoint experiment (MatrixCapsNet), FGSM and BIM on the last two
 # models, then a learning run of MatrixCapsNet small in the time left,
@@ -88,6 +92,7 @@ if [ "$smoke" = 1 ]; then
     affine=(--smoke)
     viewpoints=(--smoke)
     adversarial=(--data sample --images 8 --epsilons 0,0.1 --bim-steps 2)
+    efficient=(--smoke)
 else
     timing=(--steps 10 --warmup 2)
     capsnet_batches=100; matrix_batches="32 64"
@@ -99,12 +104,15 @@ else
     affine=(--max-minutes 1.5 --check-every 200)
     viewpoints=(--max-minutes 1 --check-every 200)
     adversarial=(--images 500 --epsilons 0,0.05,0.1,0.2,0.3 --bim-steps 5)
+    efficient=(--max-minutes 2 --validate)
     if [ "$mnist_dir" = sample ]; then
+        efficient+=(--data sample)
         multi_mnist+=(--data sample)
         affine+=(--data sample)
         viewpoints+=(--data sample)
         adversarial+=(--data sample)
     else
+        efficient+=(--data arrays --manual-dir "$mnist_dir")
         multi_mnist+=(--manual-dir "$mnist_dir")
         affine+=(--manual-dir "$mnist_dir")
         viewpoints+=(--manual-dir "$mnist_dir")
@@ -117,6 +125,15 @@ run capsnet_throughput "$python" -m benchmarks.run --model capsnet \
     --batch "$capsnet_batches" "${timing[@]}" \
     --json "$tmp/capsnet_throughput.json"
 collect "$tmp/capsnet_throughput.json"
+run efficient_capsnet_throughput "$python" -m benchmarks.run \
+    --model efficient_capsnet --batch "$capsnet_batches" "${timing[@]}" \
+    --json "$tmp/efficient_capsnet_throughput.json"
+collect "$tmp/efficient_capsnet_throughput.json"
+# EfficientCapsNet on MNIST for two minutes (NumPy arrays: no TensorFlow).
+run efficient_capsnet_mnist "$python" examples/efficient_capsnet_mnist.py \
+    "${efficient[@]}" --output-dir "$tmp/efficient"
+[ -f "$tmp/efficient/results.json" ] &&
+    cp "$tmp/efficient/results.json" "$out/efficient_capsnet_mnist.json"
 # One command per point: a cut run keeps the others.
 for preset in small full; do
     for batch in $matrix_batches; do

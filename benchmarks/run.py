@@ -20,6 +20,9 @@ Models (`--model`):
 
 - `capsnet`: CapsNet (Sabour et al. 2017) with its decoder, 28x28 MNIST
   images, batch 100 by default;
+- `efficient_capsnet`: EfficientCapsNet (Mazzia et al. 2021), the MNIST
+  network with its decoder, 28x28 images, batch 100 by default (it has no
+  routing iterations: `--iterations` only labels its points);
 - `matrix_capsnet`: MatrixCapsNet (Hinton et al. 2018) on 32x32 images,
   `--preset full` (A=B=C=D=32) or `small` (A=64, B=8, C=D=16);
 - `em_conv_caps`: the single `EMConvCaps` layer as ConvCaps1 of the paper,
@@ -44,6 +47,10 @@ and inference, and peak memory. A point that fails (an exception, a
 non-zero exit, a kill for memory, `--timeout`) is recorded with its error
 and the run goes on.
 
+`--baseline-model` measures a second model in the same run, its points
+alternating with those of `--model` at every batch size, with the ratios
+of `--model` to it: `--model efficient_capsnet --baseline-model capsnet`.
+
 Lists of batch sizes and iterations give scaling curves;
 `python -m benchmarks.plot` draws them from the JSON and fits straight
 lines to them. `--check` runs a quick self-check instead: the naive layer
@@ -58,6 +65,8 @@ Usage:
     python -m benchmarks.run --model em_conv_caps --batch 32 \\
         --iterations 1,2,3,4,5 --json em_iterations.json
     python -m benchmarks.run --model capsnet --batch 100 --no-jit
+    python -m benchmarks.run --model efficient_capsnet \\
+        --baseline-model capsnet --batch 100
     python -m benchmarks.run --model dense_caps --batch 100
     python -m benchmarks.run --check --preset small
     python -m benchmarks.plot em_batch.json --out em_batch.png
@@ -84,15 +93,26 @@ import keras_capsules  # noqa: E402
 from benchmarks import common  # noqa: E402
 from benchmarks import naive_em  # noqa: E402
 
-MODELS = ("capsnet", "matrix_capsnet", "em_conv_caps", "dense_caps")
+MODELS = (
+    "capsnet",
+    "efficient_capsnet",
+    "matrix_capsnet",
+    "em_conv_caps",
+    "dense_caps",
+)
 NAIVE_MODELS = ("matrix_capsnet", "em_conv_caps")
 DEFAULT_BATCH = {
     "capsnet": 100,
+    "efficient_capsnet": 100,
     "matrix_capsnet": 32,
     "em_conv_caps": 32,
     "dense_caps": 100,
 }
-DEFAULT_IMAGE_SIZE = {"capsnet": 28, "matrix_capsnet": 32}
+DEFAULT_IMAGE_SIZE = {
+    "capsnet": 28,
+    "efficient_capsnet": 28,
+    "matrix_capsnet": 32,
+}
 # ConvCaps1 of the paper: the 14x14 grid of primary capsules of a 32x32
 # image, B input types, C output types, 3x3 window, stride 2.
 EM_CONV_CAPS_CONFIGS = {
@@ -127,6 +147,13 @@ def parse_args(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", choices=MODELS, default="matrix_capsnet")
+    parser.add_argument(
+        "--baseline-model",
+        choices=MODELS,
+        default=None,
+        help="A second model measured in the same run, alternating with "
+        "--model, and the ratios of --model to it.",
+    )
     parser.add_argument(
         "--preset",
         "--config",
@@ -215,6 +242,13 @@ def parse_args(argv=None):
             f"--impl {args.impl}: the naive baseline exists only for "
             f"{', '.join(NAIVE_MODELS)}. Received: --model={args.model}"
         )
+    if args.baseline_model is not None and (
+        args.impl != "ours" or args.baseline_model == args.model
+    ):
+        parser.error(
+            "--baseline-model needs --impl ours and another model than "
+            f"--model. Received: --baseline-model={args.baseline_model}"
+        )
     if args.batch is None:
         args.batch = [DEFAULT_BATCH[args.model]]
     if args.image_size is None:
@@ -223,17 +257,28 @@ def parse_args(argv=None):
 
 
 def _points(args):
-    """Every measurement point; ours and naive alternate at each pair."""
-    impls = ("ours", "naive") if args.impl == "both" else (args.impl,)
-    uses_config = args.model in NAIVE_MODELS
+    """Every measurement point; ours and naive (or the baseline model)
+    alternate at each pair. `variant` names a point in the ratios: its
+    impl, or the baseline model's name."""
+    variants = [
+        (args.model, impl)
+        for impl in (("ours", "naive") if args.impl == "both" else (args.impl,))
+    ]
+    if args.baseline_model is not None:
+        variants.append((args.baseline_model, "ours"))
     return [
         {
-            "model": args.model,
-            "config": args.preset if uses_config else None,
+            "model": model,
+            "variant": impl if model == args.model else model,
+            "config": args.preset if model in NAIVE_MODELS else None,
             "impl": impl,
             "batch_size": batch_size,
             "routing_iterations": iterations,
-            "image_size": args.image_size,
+            "image_size": (
+                args.image_size
+                if model == args.model
+                else DEFAULT_IMAGE_SIZE.get(model)
+            ),
             "jit": args.jit,
             "steps": args.steps,
             "warmup": args.warmup,
@@ -241,7 +286,7 @@ def _points(args):
         }
         for iterations in args.iterations
         for batch_size in args.batch
-        for impl in impls
+        for model, impl in variants
     ]
 
 
@@ -279,6 +324,16 @@ def _build_matrix_capsnet(spec, jit_compile, rng):
     batch_size = spec["batch_size"]
     x = rng.standard_normal((batch_size, size, size, 1)).astype("float32")
     y = _one_hot(rng, batch_size, MATRIX_NUM_CLASSES)
+    return model, x, y
+
+
+def _build_efficient_capsnet(spec, jit_compile, rng):
+    size = spec["image_size"]
+    model = keras_capsules.models.EfficientCapsNet(input_shape=(size, size, 1))
+    model.compile(jit_compile=jit_compile)
+    batch_size = spec["batch_size"]
+    x = rng.uniform(size=(batch_size, size, size, 1)).astype("float32")
+    y = _one_hot(rng, batch_size, CAPSNET_NUM_CLASSES)
     return model, x, y
 
 
@@ -370,6 +425,7 @@ def _build_dense_caps(spec, jit_compile, rng):
 
 _BUILDERS = {
     "capsnet": _build_capsnet,
+    "efficient_capsnet": _build_efficient_capsnet,
     "matrix_capsnet": _build_matrix_capsnet,
     "em_conv_caps": _build_em_conv_caps,
     "dense_caps": _build_dense_caps,
@@ -504,22 +560,25 @@ def _environment_from(rows):
         return {"error": _exit_description(process.returncode)}
 
 
-def compute_ratios(rows):
-    """Ours/naive for every (batch, iterations) measured by both."""
+def compute_ratios(rows, baseline="naive"):
+    """Ours/baseline for every (batch, iterations) measured by both;
+    `baseline` is the variant of the rows divided by: `"naive"` or the
+    baseline model's name."""
     by_key = {}
     for row in rows:
         if "error" in row:
             continue
         key = (row["batch_size"], row["routing_iterations"])
-        by_key.setdefault(key, {})[row["impl"]] = row
+        variant = row.get("variant", row["impl"])
+        by_key.setdefault(key, {})[variant] = row
     ratios = []
-    for (batch_size, iterations), impls in sorted(by_key.items()):
-        if "ours" not in impls or "naive" not in impls:
+    for (batch_size, iterations), variants in sorted(by_key.items()):
+        if "ours" not in variants or baseline not in variants:
             continue
         entry = {"batch_size": batch_size, "routing_iterations": iterations}
         for key, name in RATIO_KEYS:
-            ours, naive = impls["ours"].get(key), impls["naive"].get(key)
-            entry[name] = ours / naive if ours is not None and naive else None
+            ours, other = variants["ours"].get(key), variants[baseline].get(key)
+            entry[name] = ours / other if ours is not None and other else None
         ratios.append(entry)
     return ratios
 
@@ -546,7 +605,7 @@ def format_table(result):
     ]
     for row in result["rows"]:
         head = (
-            f"{row['impl']:<6} {row['batch_size']:>5} "
+            f"{row.get('variant', row['impl']):<6} {row['batch_size']:>5} "
             f"{row['routing_iterations']:>5} "
         )
         if "error" in row:
@@ -564,8 +623,9 @@ def format_table(result):
         )
     if result["ratios"]:
         lines.append(
-            "ours/naive (time and memory: < 1 means ours is faster or "
-            "smaller; img/s: > 1 means ours is faster)"
+            f"ours/{result.get('baseline') or 'naive'} (time and memory: < 1 "
+            "means ours is faster or smaller; img/s: > 1 means ours is "
+            "faster)"
         )
         lines.append(
             f"{'batch':>5} {'iters':>5} {'train time':>10} "
@@ -620,8 +680,9 @@ def run(args):
         "config": args.preset if args.model in NAIVE_MODELS else None,
         "steps": args.steps,
         "warmup": args.warmup,
+        "baseline": args.baseline_model or "naive",
         "rows": rows,
-        "ratios": compute_ratios(rows),
+        "ratios": compute_ratios(rows, args.baseline_model or "naive"),
     }
 
 

@@ -17,9 +17,10 @@ predicts the same, and draws test images above their reconstructions in
 
 `--data tfds` reads MNIST through TensorFlow Datasets, prepared in
 `--data-dir` or built offline from the four original `.gz` files in
-`--manual-dir`; `--data sample` uses the 5,000/1,000-image sample that
-ships with the package (no augmentation). `--max-minutes` stops training
-after that long, at the end of a step.
+`--manual-dir`; `--data arrays` reads those files with NumPy (no
+TensorFlow, no augmentation); `--data sample` uses the 5,000/1,000-image
+sample that ships with the package (no augmentation). `--max-minutes`
+stops training after that long, at the end of a step.
 
 Usage:
     python examples/efficient_capsnet_mnist.py --manual-dir data/mnist \\
@@ -38,6 +39,7 @@ import time
 
 import _training
 import keras
+import numpy as np
 
 import keras_capsules
 from keras_capsules import visualization
@@ -53,10 +55,11 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--data",
-        choices=("tfds", "sample"),
+        choices=("tfds", "arrays", "sample"),
         default=None,
-        help="'tfds': full MNIST through TensorFlow Datasets; 'sample': "
-        "the small sample embedded in the package. Defaults to 'tfds', or "
+        help="'tfds': full MNIST through TensorFlow Datasets; 'arrays': "
+        "the .gz files of --manual-dir read with NumPy; 'sample': the "
+        "small sample embedded in the package. Defaults to 'tfds', or "
         "'sample' with --smoke.",
     )
     parser.add_argument(
@@ -111,6 +114,11 @@ def load_data(args):
         if args.smoke:
             test = tuple(a[: SMOKE_STEPS * args.batch_size] for a in test)
         return train, test
+    if args.data == "arrays":
+        return tuple(
+            _arrays(*mnist.load_arrays(split, manual_dir=args.manual_dir))
+            for split in ("train", "test")
+        )
     common = dict(
         batch_size=args.batch_size,
         manual_dir=args.manual_dir,
@@ -122,6 +130,12 @@ def load_data(args):
     if args.smoke:
         test = test.take(SMOKE_STEPS)
     return train, test
+
+
+def _arrays(images, labels):
+    """Images in [0, 1] with a channel axis, one-hot labels."""
+    x = images[..., None].astype("float32") / np.float32(255.0)
+    return x, np.eye(10, dtype="float32")[labels]
 
 
 def epoch_steps(args, train):
@@ -154,10 +168,6 @@ def main(argv=None):
     model_path = os.path.join(args.output_dir, "efficient_capsnet.keras")
     images = _training.first_images(test)
     reloaded = _training.save_and_reload(model, model_path, images)
-    figure = visualization.reconstructions(images, reloaded.reconstruct(images))
-    figure_path = os.path.join(args.output_dir, "reconstructions.png")
-    figure.savefig(figure_path, dpi=100)
-    print(f"Saved {figure_path}.")
     results = {
         "backend": keras.backend.backend(),
         "test_accuracy": float(metrics["accuracy"]),
@@ -166,10 +176,17 @@ def main(argv=None):
         "minutes_train_and_test": minutes,
         "batch_size": args.batch_size,
         "augment": args.augment and args.data == "tfds",
+        "epochs": len(model.history.history["loss"]),
+        "history": model.history.history,
         "seed": args.seed,
     }
+    # Written before the figure, which needs matplotlib.
     with open(os.path.join(args.output_dir, "results.json"), "w") as file:
         json.dump(results, file, indent=1)
+    figure = visualization.reconstructions(images, reloaded.reconstruct(images))
+    figure_path = os.path.join(args.output_dir, "reconstructions.png")
+    figure.savefig(figure_path, dpi=100)
+    print(f"Saved {figure_path}.")
     return results
 
 

@@ -222,3 +222,25 @@ def broadcasts_to(shape, target):
         return np.broadcast_shapes(shape, target) == target
     except ValueError:
         return False
+
+
+def check_votes_rank(votes_shape, last_axis="dim"):
+    """Raises unless votes have rank >= 3, `(..., num_in, num_out, ...)`."""
+    if len(votes_shape) < 3:
+        raise ValueError(
+            "Argument votes must have rank >= 3, with shape "
+            f"(..., num_in, num_out, {last_axis}). "
+            f"Received: votes.shape={tuple(votes_shape)}"
+        )
+
+
+def check_broadcasts(shape, target, name, what):
+    """Raises unless `shape` broadcasts to the static `target` shape, the
+    shape of `what`; shapes with unknown sizes pass."""
+    if None in target or None in shape:
+        return
+    if not broadcasts_to(shape, target):
+        raise ValueError(
+            f"Argument {name} must broadcast to the shape of {what} "
+            f"{target}. Received: {name}.shape={shape}"
+        )

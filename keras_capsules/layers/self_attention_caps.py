@@ -6,6 +6,8 @@ from keras import ops
 
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
+from keras_capsules.layers._fully_connected import check_built
+from keras_capsules.layers._fully_connected import check_capsule_list
 from keras_capsules.layers._serialization import serialize_objects
 from keras_capsules.ops.self_attention import self_attention_routing
 from keras_capsules.ops.squash import FORMS
@@ -159,22 +161,11 @@ class SelfAttentionCaps(keras.layers.Layer):
         Raises:
             ValueError: If the layer is not built yet.
         """
-        if not self.built:
-            raise ValueError(
-                f"{type(self).__name__} `{self.name}` has no kernel yet: call "
-                "the layer on inputs, or build it, before asking for votes. "
-                f"Received: built={self.built}"
-            )
+        check_built(self)
         return ops.einsum("bid,ijde->bije", inputs, self.kernel)
 
     def compute_output_shape(self, input_shape):
-        input_shape = tuple(input_shape)
-        if len(input_shape) != 3 or None in input_shape[1:]:
-            raise ValueError(
-                "Expected input of rank 3 (batch, num_in, dim_in) with "
-                f"num_in and dim_in defined for {type(self).__name__}. "
-                f"Received: input_shape={input_shape}"
-            )
+        input_shape = check_capsule_list(input_shape, type(self).__name__)
         return (input_shape[0], self.num_capsules, self.capsule_dim)
 
     def get_config(self):

@@ -2,8 +2,9 @@
 
 from keras import ops
 
-from keras_capsules._validation import broadcasts_to
+from keras_capsules._validation import check_broadcasts
 from keras_capsules._validation import check_positive_int
+from keras_capsules._validation import check_votes_rank
 from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops._softmax import softmax
 from keras_capsules.ops.squash import squash
@@ -90,17 +91,17 @@ def dynamic_routing(
     """
     iterations = check_positive_int(iterations, "iterations")
     votes = ops.convert_to_tensor(votes)
-    if len(votes.shape) < 3:
-        raise ValueError(
-            "Argument votes must have rank >= 3, with shape "
-            "(..., num_in, num_out, dim). "
-            f"Received: votes.shape={tuple(votes.shape)}"
-        )
+    check_votes_rank(votes.shape)
     dtype, compute_dtype = compute_dtypes(votes)
     votes = ops.cast(votes, compute_dtype)
     if bias is not None:
         bias = ops.cast(bias, compute_dtype)
-        _check_bias_shape(tuple(bias.shape), tuple(votes.shape[-2:]))
+        check_broadcasts(
+            tuple(bias.shape),
+            tuple(votes.shape[-2:]),
+            "bias",
+            "the output capsules (num_out, dim) =",
+        )
 
     frozen_votes = ops.stop_gradient(votes) if stop_gradient else votes
     # b = 0 for every example (Procedure 1, line 2).
@@ -131,14 +132,3 @@ def _coupling_coefficients(logits, leaky):
     leak = ops.zeros_like(logits[..., :1])
     routing = softmax(ops.concatenate([leak, logits], axis=-1), axis=-1)
     return routing[..., 1:]
-
-
-def _check_bias_shape(bias_shape, capsule_shape):
-    if None in capsule_shape or None in bias_shape:
-        return
-    if not broadcasts_to(bias_shape, capsule_shape):
-        raise ValueError(
-            "Argument bias must broadcast to the output capsules' shape "
-            f"(num_out, dim) = {capsule_shape}. "
-            f"Received: bias.shape={bias_shape}"
-        )

@@ -11,6 +11,7 @@ import types
 
 from keras import ops
 
+from keras_capsules._validation import check_votes_rank
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules.ops import _em_core
@@ -156,12 +157,7 @@ def em_routing(
     votes = ops.convert_to_tensor(votes)
     activations = ops.convert_to_tensor(activations)
     votes_shape = tuple(votes.shape)
-    if len(votes_shape) < 3:
-        raise ValueError(
-            "Argument votes must have rank >= 3, with shape "
-            "(..., num_in, num_out, pose_size). "
-            f"Received: votes.shape={votes_shape}"
-        )
+    check_votes_rank(votes_shape, "pose_size")
     _check_activations_shape(tuple(activations.shape), votes_shape[:-2])
     return _em_core.route_dense(
         votes, activations, beta_v, beta_a, options, return_assignments

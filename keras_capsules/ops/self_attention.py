@@ -4,8 +4,9 @@ import math
 
 from keras import ops
 
-from keras_capsules._validation import broadcasts_to
+from keras_capsules._validation import check_broadcasts
 from keras_capsules._validation import check_option
+from keras_capsules._validation import check_votes_rank
 from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops._softmax import softmax
 from keras_capsules.ops.squash import FORMS
@@ -93,17 +94,17 @@ def self_attention_routing(
     """
     check_option(squash_form, "squash_form", FORMS)
     votes = ops.convert_to_tensor(votes)
-    if len(votes.shape) < 3:
-        raise ValueError(
-            "Argument votes must have rank >= 3, with shape "
-            "(..., num_in, num_out, dim). "
-            f"Received: votes.shape={tuple(votes.shape)}"
-        )
+    check_votes_rank(votes.shape)
     dtype, compute_dtype = compute_dtypes(votes)
     votes = ops.cast(votes, compute_dtype)
     if prior is not None:
         prior = ops.cast(prior, compute_dtype)
-        _check_prior_shape(tuple(prior.shape), tuple(votes.shape[-3:-1]))
+        check_broadcasts(
+            tuple(prior.shape),
+            tuple(votes.shape[-3:-1]),
+            "prior",
+            "the coupling coefficients (num_in, num_out) =",
+        )
 
     total = ops.sum(votes, axis=-3)
     agreement = ops.einsum("...iod,...od->...io", votes, total)
@@ -116,14 +117,3 @@ def self_attention_routing(
     if return_coupling:
         return outputs, ops.cast(coupling, dtype)
     return outputs
-
-
-def _check_prior_shape(prior_shape, routing_shape):
-    if None in routing_shape or None in prior_shape:
-        return
-    if not broadcasts_to(prior_shape, routing_shape):
-        raise ValueError(
-            "Argument prior must broadcast to the shape of the coupling "
-            f"coefficients (num_in, num_out) = {routing_shape}. "
-            f"Received: prior.shape={prior_shape}"
-        )

@@ -6,63 +6,11 @@ from keras import ops
 from keras_capsules.ops import dynamic_routing
 from keras_capsules.testing import TestCase
 from tests import references
-
-
-def _random_votes(shape, scale=1.0, seed=0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) * scale).astype("float32")
-
-
-def _degenerate_votes(kind, shape=(2, 6, 4, 3)):
-    if kind == "zero":
-        return np.zeros(shape, dtype="float32")
-    if kind == "identical":
-        return np.broadcast_to(_random_votes(shape[-1:]), shape).copy()
-    return _random_votes(shape, scale=1e4)
-
-
-class _RoutedWeight(keras.layers.Layer):
-    """Routes a trainable votes weight, to take a gradient step."""
-
-    def __init__(self, votes, routing_kwargs, **kwargs):
-        super().__init__(**kwargs)
-        self.votes = np.asarray(votes, dtype="float32")
-        self.routing_kwargs = routing_kwargs
-
-    def build(self, input_shape):
-        self.w = self.add_weight(
-            name="votes",
-            shape=self.votes.shape,
-            initializer=keras.initializers.Constant(self.votes),
-        )
-
-    def call(self, inputs):
-        outputs = dynamic_routing(self.w, **self.routing_kwargs)
-        return inputs * ops.reshape(outputs, (1, -1))
+from tests.ops import routing_cases
 
 
 def _fit_one_step(*cases):
-    """One SGD step through several routings in one model.
-
-    Each case is `(votes, routing_kwargs)`; its votes become a trainable
-    weight. One compiled step serves all cases (their gradients do not
-    interact), which keeps the test fast. Returns the updated votes of each
-    case and the model's output.
-    """
-    inputs = keras.Input(shape=(1,))
-    layers = [_RoutedWeight(votes, kwargs) for votes, kwargs in cases]
-    outputs = [layer(inputs) for layer in layers]
-    if len(outputs) > 1:
-        outputs = keras.layers.Concatenate()(outputs)
-    else:
-        outputs = outputs[0]
-    model = keras.Model(inputs, outputs)
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-    x = np.ones((2, 1), dtype="float32")
-    y = np.full((2, outputs.shape[-1]), 0.5, dtype="float32")
-    model.fit(x, y, batch_size=2, epochs=1, verbose=0)
-    updated = [ops.convert_to_numpy(layer.w) for layer in layers]
-    return updated, model.predict(x, verbose=0)
+    return routing_cases.fit_one_step(dynamic_routing, *cases)
 
 
 class DynamicRoutingTest(TestCase):
@@ -77,7 +25,7 @@ class DynamicRoutingTest(TestCase):
         ("rank_7_votes", (2, 1, 2, 2, 5, 4, 3), 2),
     )
     def test_matches_procedure_1(self, shape, iterations):
-        votes = _random_votes(shape)
+        votes = routing_cases.random_votes(shape)
         expected, expected_coupling = references.dynamic_routing(
             votes, iterations
         )
@@ -90,7 +38,7 @@ class DynamicRoutingTest(TestCase):
         self.assertAllClose(coupling, expected_coupling, atol=1e-5, rtol=1e-5)
 
     def test_single_iteration_is_uniform_coupling(self):
-        votes = _random_votes((2, 5, 4, 3))
+        votes = routing_cases.random_votes((2, 5, 4, 3))
         outputs, coupling = dynamic_routing(
             votes, iterations=1, return_coupling=True
         )
@@ -100,7 +48,7 @@ class DynamicRoutingTest(TestCase):
         )
 
     def test_default_is_three_iterations(self):
-        votes = _random_votes((2, 5, 4, 3))
+        votes = routing_cases.random_votes((2, 5, 4, 3))
         self.assertAllClose(
             dynamic_routing(votes),
             references.dynamic_routing(votes, 3)[0],
@@ -109,7 +57,7 @@ class DynamicRoutingTest(TestCase):
         )
 
     def test_coupling_sums_to_one_over_outputs(self):
-        votes = _random_votes((3, 6, 5, 4), scale=3.0)
+        votes = routing_cases.random_votes((3, 6, 5, 4), scale=3.0)
         _, coupling = dynamic_routing(votes, return_coupling=True)
         coupling = ops.convert_to_numpy(coupling)
         self.assertAllClose(coupling.sum(axis=-1), np.ones((3, 6)), atol=1e-6)
@@ -118,7 +66,7 @@ class DynamicRoutingTest(TestCase):
     def test_agreement_raises_coupling_to_agreeing_output(self):
         # Every input votes (1, 0) for output 0 and random noise elsewhere,
         # so routing must concentrate the coupling on output 0.
-        votes = _random_votes((1, 8, 3, 2), scale=0.1)
+        votes = routing_cases.random_votes((1, 8, 3, 2), scale=0.1)
         votes[:, :, 0, :] = [1.0, 0.0]
         _, coupling = dynamic_routing(votes, iterations=3, return_coupling=True)
         coupling = ops.convert_to_numpy(coupling)
@@ -129,9 +77,9 @@ class DynamicRoutingTest(TestCase):
         ("full", (4, 3)), ("per_dim", (3,)), ("scalar", ())
     )
     def test_bias_matches_reference(self, bias_shape):
-        votes = _random_votes((2, 5, 4, 3))
+        votes = routing_cases.random_votes((2, 5, 4, 3))
         bias = np.full(bias_shape, 0.1, dtype="float32")
-        bias = bias + _random_votes(bias_shape, scale=0.05, seed=1)
+        bias = bias + routing_cases.random_votes(bias_shape, scale=0.05, seed=1)
         expected, expected_coupling = references.dynamic_routing(
             votes, 3, bias=bias
         )
@@ -146,7 +94,7 @@ class DynamicRoutingTest(TestCase):
 
     @parameterized.named_parameters(("1_iteration", 1), ("3_iterations", 3))
     def test_leaky_matches_reference(self, iterations):
-        votes = _random_votes((2, 3, 5, 4, 3))
+        votes = routing_cases.random_votes((2, 3, 5, 4, 3))
         expected, expected_coupling = references.dynamic_routing(
             votes, iterations, leaky=True
         )
@@ -161,7 +109,7 @@ class DynamicRoutingTest(TestCase):
         )
 
     def test_leaky_with_bias_matches_reference(self):
-        votes = _random_votes((2, 5, 4, 3))
+        votes = routing_cases.random_votes((2, 5, 4, 3))
         bias = np.full((4, 3), 0.1, dtype="float32")
         expected, _ = references.dynamic_routing(
             votes, 3, bias=bias, leaky=True
@@ -174,7 +122,7 @@ class DynamicRoutingTest(TestCase):
         ("leaky_bias", {"leaky": True, "bias": np.full((4, 3), 0.1)}),
     )
     def test_stop_gradient_keeps_forward_values(self, kwargs):
-        votes = _random_votes((2, 5, 4, 3))
+        votes = routing_cases.random_votes((2, 5, 4, 3))
         outputs, coupling = dynamic_routing(
             votes, return_coupling=True, **kwargs
         )
@@ -185,7 +133,7 @@ class DynamicRoutingTest(TestCase):
         self.assertAllClose(stopped_coupling, coupling)
 
     def test_stop_gradient_changes_only_multi_iteration_gradients(self):
-        votes = _random_votes((1, 4, 3, 2))
+        votes = routing_cases.random_votes((1, 4, 3, 2))
         (plain, stopped, plain_once, stopped_once), _ = _fit_one_step(
             (votes, {"iterations": 3}),
             (votes, {"iterations": 3, "stop_gradient": True}),
@@ -208,7 +156,7 @@ class DynamicRoutingTest(TestCase):
         ("large_leaky", "large", True),
     )
     def test_degenerate_votes_stay_finite(self, kind, leaky):
-        votes = _degenerate_votes(kind)
+        votes = routing_cases.degenerate_votes(kind)
         outputs, coupling = dynamic_routing(
             votes, leaky=leaky, return_coupling=True
         )
@@ -233,7 +181,7 @@ class DynamicRoutingTest(TestCase):
         )
         updated, predictions = _fit_one_step(
             *[
-                (_degenerate_votes(kind), kwargs)
+                (routing_cases.degenerate_votes(kind), kwargs)
                 for kind in ("zero", "identical", "large")
                 for kwargs in variants
             ]
@@ -245,7 +193,7 @@ class DynamicRoutingTest(TestCase):
         ("float16", "float16"), ("bfloat16", "bfloat16")
     )
     def test_half_precision_votes(self, dtype):
-        votes = _random_votes((2, 5, 4, 3), scale=300.0)
+        votes = routing_cases.random_votes((2, 5, 4, 3), scale=300.0)
         outputs, coupling = dynamic_routing(
             ops.cast(votes, dtype), return_coupling=True
         )
@@ -274,7 +222,9 @@ class DynamicRoutingTest(TestCase):
             r"Argument iterations must be a positive integer\. "
             rf"Received: iterations={iterations}$",
         ):
-            dynamic_routing(_random_votes((2, 3, 4, 2)), iterations=iterations)
+            dynamic_routing(
+                routing_cases.random_votes((2, 3, 4, 2)), iterations=iterations
+            )
 
     def test_low_rank_votes_raise(self):
         with self.assertRaisesRegex(
@@ -282,7 +232,7 @@ class DynamicRoutingTest(TestCase):
             r"Argument votes must have rank >= 3.*"
             r"Received: votes\.shape=\(4, 2\)$",
         ):
-            dynamic_routing(_random_votes((4, 2)))
+            dynamic_routing(routing_cases.random_votes((4, 2)))
 
     def test_mismatched_bias_raises(self):
         with self.assertRaisesRegex(
@@ -291,5 +241,6 @@ class DynamicRoutingTest(TestCase):
             r"Received: bias\.shape=\(5, 3\)$",
         ):
             dynamic_routing(
-                _random_votes((2, 5, 4, 3)), bias=np.zeros((5, 3), "float32")
+                routing_cases.random_votes((2, 5, 4, 3)),
+                bias=np.zeros((5, 3), "float32"),
             )

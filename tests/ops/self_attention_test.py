@@ -6,39 +6,7 @@ from keras import ops
 from keras_capsules.ops import self_attention_routing
 from keras_capsules.testing import TestCase
 from tests import references
-
-
-def _random_votes(shape, scale=1.0, seed=0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) * scale).astype("float32")
-
-
-def _degenerate_votes(kind, shape=(2, 6, 4, 3)):
-    if kind == "zero":
-        return np.zeros(shape, dtype="float32")
-    if kind == "identical":
-        return np.broadcast_to(_random_votes(shape[-1:]), shape).copy()
-    return _random_votes(shape, scale=1e4)
-
-
-class _RoutedWeight(keras.layers.Layer):
-    """Routes a trainable votes weight, to take a gradient step."""
-
-    def __init__(self, votes, prior, **kwargs):
-        super().__init__(**kwargs)
-        self.votes = np.asarray(votes, dtype="float32")
-        self.prior = prior
-
-    def build(self, input_shape):
-        self.w = self.add_weight(
-            name="votes",
-            shape=self.votes.shape,
-            initializer=keras.initializers.Constant(self.votes),
-        )
-
-    def call(self, inputs):
-        outputs = self_attention_routing(self.w, prior=self.prior)
-        return inputs * ops.reshape(outputs, (1, -1))
+from tests.ops import routing_cases
 
 
 class SelfAttentionRoutingTest(TestCase):
@@ -49,10 +17,10 @@ class SelfAttentionRoutingTest(TestCase):
         ("rational_squash", (2, 5, 4, 3), True, "rational"),
     )
     def test_matches_the_authors_equations(self, shape, with_prior, form):
-        votes = _random_votes(shape)
+        votes = routing_cases.random_votes(shape)
         prior = None
         if with_prior:
-            prior = _random_votes(shape[1:3], scale=0.3, seed=1)
+            prior = routing_cases.random_votes(shape[1:3], scale=0.3, seed=1)
         outputs, coupling = self_attention_routing(
             votes, prior=prior, squash_form=form, return_coupling=True
         )
@@ -64,7 +32,7 @@ class SelfAttentionRoutingTest(TestCase):
         self.assertAllClose(coupling, expected_coupling, atol=1e-5)
 
     def test_leading_dimensions(self):
-        votes = _random_votes((2, 3, 5, 4, 3))
+        votes = routing_cases.random_votes((2, 3, 5, 4, 3))
         outputs = self_attention_routing(votes)
         expected, _ = references.self_attention_routing(
             votes.reshape((6, 5, 4, 3))
@@ -75,7 +43,7 @@ class SelfAttentionRoutingTest(TestCase):
 
     def test_coupling_without_prior_sums_to_one_over_parents(self):
         _, coupling = self_attention_routing(
-            _random_votes((2, 7, 4, 3)), return_coupling=True
+            routing_cases.random_votes((2, 7, 4, 3)), return_coupling=True
         )
         self.assertAllClose(ops.sum(coupling, axis=-1), np.ones((2, 7)))
 
@@ -95,7 +63,7 @@ class SelfAttentionRoutingTest(TestCase):
         ("zero", "zero"), ("identical", "identical"), ("large", "large")
     )
     def test_degenerate_votes_stay_finite(self, kind):
-        votes = _degenerate_votes(kind)
+        votes = routing_cases.degenerate_votes(kind)
         outputs, coupling = self_attention_routing(votes, return_coupling=True)
         self.assertAllFinite([outputs, coupling])
         lengths = np.linalg.norm(ops.convert_to_numpy(outputs), axis=-1)
@@ -107,26 +75,22 @@ class SelfAttentionRoutingTest(TestCase):
         self.assertAllClose(coupling, expected_coupling, atol=atol)
 
     def test_degenerate_votes_gradient_step_is_finite(self):
-        inputs = keras.Input(shape=(1,))
-        layers = [
-            _RoutedWeight(_degenerate_votes(kind), prior)
-            for kind in ("zero", "identical", "large")
-            for prior in (None, np.full((6, 4), 0.1, dtype="float32"))
-        ]
-        outputs = keras.layers.Concatenate()([lay(inputs) for lay in layers])
-        model = keras.Model(inputs, outputs)
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-        x = np.ones((2, 1), dtype="float32")
-        y = np.full((2, outputs.shape[-1]), 0.5, dtype="float32")
-        model.fit(x, y, batch_size=2, epochs=1, verbose=0)
-        self.assertAllFinite([layer.w for layer in layers])
-        self.assertAllFinite(model.predict(x, verbose=0))
+        updated, predictions = routing_cases.fit_one_step(
+            self_attention_routing,
+            *[
+                (routing_cases.degenerate_votes(kind), {"prior": prior})
+                for kind in ("zero", "identical", "large")
+                for prior in (None, np.full((6, 4), 0.1, dtype="float32"))
+            ],
+        )
+        self.assertAllFinite(updated)
+        self.assertAllFinite(predictions)
 
     @parameterized.named_parameters(
         ("float16", "float16"), ("bfloat16", "bfloat16")
     )
     def test_half_precision_votes(self, dtype):
-        votes = _random_votes((2, 5, 4, 3), scale=300.0)
+        votes = routing_cases.random_votes((2, 5, 4, 3), scale=300.0)
         outputs, coupling = self_attention_routing(
             ops.cast(votes, dtype), return_coupling=True
         )
@@ -151,7 +115,7 @@ class SelfAttentionRoutingTest(TestCase):
             r"Argument votes must have rank >= 3.*"
             r"Received: votes\.shape=\(4, 2\)$",
         ):
-            self_attention_routing(_random_votes((4, 2)))
+            self_attention_routing(routing_cases.random_votes((4, 2)))
 
     def test_mismatched_prior_raises(self):
         with self.assertRaisesRegex(
@@ -160,7 +124,8 @@ class SelfAttentionRoutingTest(TestCase):
             r"Received: prior\.shape=\(4, 5\)$",
         ):
             self_attention_routing(
-                _random_votes((2, 5, 4, 3)), prior=np.zeros((4, 5), "float32")
+                routing_cases.random_votes((2, 5, 4, 3)),
+                prior=np.zeros((4, 5), "float32"),
             )
 
     def test_unknown_squash_form_raises(self):
@@ -168,5 +133,5 @@ class SelfAttentionRoutingTest(TestCase):
             ValueError, r"squash_form.*Received: squash_form=hinton$"
         ):
             self_attention_routing(
-                _random_votes((2, 5, 4, 3)), squash_form="hinton"
+                routing_cases.random_votes((2, 5, 4, 3)), squash_form="hinton"
             )
