@@ -86,10 +86,10 @@ def depthwise_conv2d(inputs, kernel, strides=1, padding="valid"):
     coming from channel `c`. When the window fits only once on the input
     (a `"valid"` convolution with a 1x1 output, as in Efficient-CapsNet's
     primary capsules), it is computed as one `keras.ops.einsum` over that
-    window: XLA's CPU backend runs the gradient of a grouped convolution
-    many times slower, and this makes a training step of the whole
-    Efficient-CapsNet about 2.7 times faster on TensorFlow
-    (docs/performance.md). Other shapes use `keras.ops.depthwise_conv`.
+    window, whose gradient XLA's CPU backend computes much faster than
+    that of a grouped convolution (docs/performance.md, "EfficientCapsNet:
+    the depthwise convolution"). Other shapes use
+    `keras.ops.depthwise_conv`.
 
     Args:
         inputs: Tensor of shape `(batch, height, width, channels)`.

@@ -38,12 +38,16 @@ def new_figure(matplotlib, width, height):
     )
 
 
-def check_model(model, model_class):
-    """Raises `TypeError` unless `model` is an instance of `model_class`."""
-    if not isinstance(model, model_class):
+def check_model(model, *model_classes):
+    """Raises `TypeError` unless `model` is an instance of one of
+    `model_classes`."""
+    if not isinstance(model, model_classes):
+        expected = " or ".join(
+            f"keras_capsules.models.{cls.__name__}" for cls in model_classes
+        )
         raise TypeError(
-            "Argument model must be a keras_capsules.models."
-            f"{model_class.__name__}. Received: model={type(model).__name__}"
+            f"Argument model must be a {expected}. "
+            f"Received: model={type(model).__name__}"
         )
 
 

@@ -8,6 +8,7 @@ from keras import ops
 from keras_capsules._validation import check_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules.models.capsnet import CapsNet
+from keras_capsules.models.efficient_capsnet import EfficientCapsNet
 from keras_capsules.ops._geometry import conv_output_size
 from keras_capsules.ops.dynamic import dynamic_routing
 from keras_capsules.visualization import _figures
@@ -34,8 +35,8 @@ def perturbation_grid(
     https://arxiv.org/abs/1710.09829) (Sabour, Frosst & Hinton, 2017).
 
     Args:
-        model: A `keras_capsules.models.CapsNet` with a decoder
-            (`decoder_units` not `None`), normally trained.
+        model: A `keras_capsules.models.CapsNet` or `EfficientCapsNet`
+            with a decoder, normally trained.
         image: One image of the model's input shape
             `(height, width, channels)`, without a batch axis; a
             one-channel image may also be `(height, width)`. Values in
@@ -60,7 +61,8 @@ def perturbation_grid(
 
     Raises:
         ImportError: If matplotlib is not installed.
-        TypeError: If `model` is not a `CapsNet`.
+        TypeError: If `model` is neither a `CapsNet` nor an
+            `EfficientCapsNet`.
         ValueError: If the model has no decoder, if `image` does not have
             the model's input shape, or if another argument is out of
             range.
@@ -81,12 +83,13 @@ def perturbation_grid(
     - [Sabour et al., 2017](https://arxiv.org/abs/1710.09829), Fig. 4.
     """
     matplotlib = _figures.import_matplotlib("perturbation_grid")
-    _figures.check_model(model, CapsNet)
+    _figures.check_model(model, CapsNet, EfficientCapsNet)
     if model.decoder is None:
+        name = model.decoder_argument
         raise ValueError(
             "Argument model must have a decoder to reconstruct the "
-            "perturbed capsules: build the CapsNet with decoder_units set, "
-            "e.g. (512, 1024). Received: model.decoder_units=None"
+            f"perturbed capsules: build the {type(model).__name__} with "
+            f"{name} set. Received: model.{name}=None"
         )
     image = _figures.check_image(image, model)
     # The figure draws images of the model's input shape.

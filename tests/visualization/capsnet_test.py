@@ -5,6 +5,7 @@ import pytest
 from keras import ops
 
 from keras_capsules.models import CapsNet
+from keras_capsules.models import EfficientCapsNet
 from keras_capsules.testing import TestCase
 
 pytest.importorskip("matplotlib")
@@ -48,6 +49,15 @@ class PerturbationGridTest(TestCase):
             [ax.get_ylabel() for ax in fig.axes[::11]],
             [f"dim {d}" for d in range(4)],
         )
+        for array in _images(fig):
+            self.assertEqual(array.shape, (28, 28))
+
+    def test_draws_an_efficient_capsnet(self):
+        model = EfficientCapsNet(
+            conv_filters=(4, 4, 4, 8), capsule_dim=3, primary_capsule_dim=4
+        )
+        fig = perturbation_grid(model, self.image, label=2, steps=3)
+        self.assertLen(fig.axes, 3 * 3)
         for array in _images(fig):
             self.assertEqual(array.shape, (28, 28))
 
