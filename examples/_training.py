@@ -416,6 +416,29 @@ def fit_and_evaluate(
     return metrics
 
 
+def load_mnist(args, smoke_steps, augment=True):
+    """Returns `(train, test)` for `--data sample` (the embedded arrays) or
+    `tfds` (`tf.data` datasets, training images shifted by up to 2 pixels
+    when `augment`); with `--smoke`, only `smoke_steps` test batches."""
+    mnist = keras_capsules.datasets.mnist
+    if args.data == "sample":
+        train, test = mnist.load_sample("train"), mnist.load_sample("test")
+        if args.smoke:
+            test = tuple(a[: smoke_steps * args.batch_size] for a in test)
+        return train, test
+    common = dict(
+        batch_size=args.batch_size,
+        manual_dir=args.manual_dir,
+        data_dir=args.data_dir,
+        seed=args.seed,
+    )
+    train = mnist.load("train", augment=augment, **common)
+    test = mnist.load("test", augment=False, **common)
+    if args.smoke:
+        test = test.take(smoke_steps)
+    return train, test
+
+
 def first_images(data, size=8):
     """Up to `size` images of a batched dataset or an `(x, y)` pair."""
     if isinstance(data, tuple):

@@ -101,24 +101,8 @@ def parse_args(argv=None):
 
 def load_data(args):
     """Returns `(train, test)`: `tf.data` datasets or `(x, y)` arrays."""
-    mnist = keras_capsules.datasets.mnist
-    if args.data == "sample":
-        train, test = mnist.load_sample("train"), mnist.load_sample("test")
-        if args.smoke:
-            test = tuple(a[: SMOKE_STEPS * args.batch_size] for a in test)
-        return train, test
-    common = dict(
-        batch_size=args.batch_size,
-        manual_dir=args.manual_dir,
-        data_dir=args.data_dir,
-        seed=args.seed,
-    )
     # Paper, Section 5: shifts of up to 2 pixels, training images only.
-    train = mnist.load("train", augment=True, **common)
-    test = mnist.load("test", augment=False, **common)
-    if args.smoke:
-        test = test.take(SMOKE_STEPS)
-    return train, test
+    return _training.load_mnist(args, SMOKE_STEPS)
 
 
 def build_model(args):

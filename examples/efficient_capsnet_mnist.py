@@ -108,28 +108,13 @@ def parse_args(argv=None):
 
 def load_data(args):
     """Returns `(train, test)`: `tf.data` datasets or `(x, y)` arrays."""
-    mnist = keras_capsules.datasets.mnist
-    if args.data == "sample":
-        train, test = mnist.load_sample("train"), mnist.load_sample("test")
-        if args.smoke:
-            test = tuple(a[: SMOKE_STEPS * args.batch_size] for a in test)
-        return train, test
     if args.data == "arrays":
+        mnist = keras_capsules.datasets.mnist
         return tuple(
             _arrays(*mnist.load_arrays(split, manual_dir=args.manual_dir))
             for split in ("train", "test")
         )
-    common = dict(
-        batch_size=args.batch_size,
-        manual_dir=args.manual_dir,
-        data_dir=args.data_dir,
-        seed=args.seed,
-    )
-    train = mnist.load("train", augment=args.augment, **common)
-    test = mnist.load("test", augment=False, **common)
-    if args.smoke:
-        test = test.take(SMOKE_STEPS)
-    return train, test
+    return _training.load_mnist(args, SMOKE_STEPS, augment=args.augment)
 
 
 def _arrays(images, labels):

@@ -2,17 +2,17 @@
 capsules."""
 
 import keras
-from keras import ops
 
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
+from keras_capsules.layers._feature_maps import check_feature_map
+from keras_capsules.layers._feature_maps import to_capsules
 from keras_capsules.layers._serialization import serialize_objects
 from keras_capsules.ops._geometry import conv_output_size
 from keras_capsules.ops.conv import depthwise_conv2d
 from keras_capsules.ops.squash import FORMS
-from keras_capsules.ops.squash import squash
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -150,29 +150,14 @@ class DepthwisePrimaryCaps(keras.layers.Layer):
         features = depthwise_conv2d(
             inputs, self.kernel, strides=self.strides, padding=self.padding
         )
-        features = features + self.bias
-        height, width = features.shape[1], features.shape[2]
-        if height is None or width is None:
-            shape = (ops.shape(features)[0], -1, self.capsule_dim)
-        else:
-            num_out = height * width * features.shape[-1] // self.capsule_dim
-            shape = (-1, num_out, self.capsule_dim)
-        return squash(ops.reshape(features, shape), form=self.squash_form)
+        return to_capsules(
+            features + self.bias, self.capsule_dim, form=self.squash_form
+        )
 
     def compute_output_shape(self, input_shape):
-        input_shape = tuple(input_shape)
         name = type(self).__name__
-        if len(input_shape) != 4:
-            raise ValueError(
-                "Expected input of rank 4 (batch, height, width, channels) "
-                f"for {name}. Received: input_shape={input_shape}"
-            )
+        input_shape = check_feature_map(input_shape, name)
         channels = input_shape[-1]
-        if channels is None:
-            raise ValueError(
-                f"The channels dimension of the input to {name} must be "
-                f"defined. Received: input_shape={input_shape}"
-            )
         filters = channels * self.depth_multiplier
         if filters % self.capsule_dim:
             raise ValueError(

@@ -1,15 +1,15 @@
 """The PrimaryCaps layer: a convolution read as a grid of capsules."""
 
 import keras
-from keras import ops
 
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
+from keras_capsules.layers._feature_maps import check_feature_map
+from keras_capsules.layers._feature_maps import to_capsules
 from keras_capsules.layers._serialization import serialize_objects
 from keras_capsules.ops._geometry import conv_output_size
 from keras_capsules.ops.conv import conv2d
-from keras_capsules.ops.squash import squash
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -130,29 +130,10 @@ class PrimaryCaps(keras.layers.Layer):
         features = conv2d(
             inputs, self.kernel, strides=self.strides, padding=self.padding
         )
-        features = features + self.bias
-        height, width = features.shape[1], features.shape[2]
-        if height is None or width is None:
-            shape = (ops.shape(features)[0], -1, self.capsule_dim)
-        else:
-            num_out = height * width * self.num_capsules
-            shape = (-1, num_out, self.capsule_dim)
-        return squash(ops.reshape(features, shape))
+        return to_capsules(features + self.bias, self.capsule_dim)
 
     def compute_output_shape(self, input_shape):
-        input_shape = tuple(input_shape)
-        if len(input_shape) != 4:
-            raise ValueError(
-                "Expected input of rank 4 (batch, height, width, channels) "
-                f"for {type(self).__name__}. "
-                f"Received: input_shape={input_shape}"
-            )
-        if input_shape[-1] is None:
-            raise ValueError(
-                f"The channels dimension of the input to "
-                f"{type(self).__name__} must be defined. "
-                f"Received: input_shape={input_shape}"
-            )
+        input_shape = check_feature_map(input_shape, type(self).__name__)
         out_height, out_width = conv_output_size(
             input_shape[1:3],
             self.kernel_size,
