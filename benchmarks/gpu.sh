@@ -3,6 +3,7 @@
 #
 # Usage:
 #   KERAS_BACKEND=jax bash benchmarks/gpu.sh OUT_DIR [--smoke] [--mnist-dir DIR]
+#       [--skip NAME[,NAME...]]
 #
 # On a machine without Keras, carry its wheels (built here by
 # ../shared/tools/device-wheels.sh) and the four MNIST .gz files, and run
@@ -29,18 +30,23 @@
 # file per experiment and learning run (the learning runs flush every
 # evaluation), and one log, so a run cut short still returns what it
 # measured. `--smoke` takes a few steps of each, to check the script here
-# on a CPU. Needs no TensorFlow: NumPy data only.
+# on a CPU. `--skip` leaves out the steps whose names (as in summary.txt)
+# start with one of the given names, e.g. `--skip capsnet,efficient,matrix`
+# to spend the budget on the experiments after the throughput points.
+# Needs no TensorFlow: NumPy data only.
 set -uo pipefail
-usage="usage: benchmarks/gpu.sh OUT_DIR [--smoke] [--mnist-dir DIR]"
+usage="usage: benchmarks/gpu.sh OUT_DIR [--smoke] [--mnist-dir DIR] [--skip NAMES]"
 
 out=${1:?$usage}
 shift
 smoke=0
 mnist_dir=sample
+skip=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=1 ;;
         --mnist-dir) mnist_dir=$(realpath "${2:?$usage}"); shift ;;
+        --skip) IFS=, read -ra skip <<< "${2:?$usage}"; shift ;;
         *) echo "unknown argument: $1; $usage" >&2; exit 2 ;;
     esac
     shift
@@ -54,11 +60,18 @@ python=${PYTHON:-python3}
 budget=${GPU_BUDGET_S:-330}
 deadline=$(( $(date +%s) + budget ))
 
-# Runs "$@" with what is left of the budget, killed 10 s after its
-# deadline if it ignores the TERM signal; appends its output to
-# $out/log.txt.
+# Runs "$@" (unless --skip names it) with what is left of the budget,
+# killed 10 s after its deadline if it ignores the TERM signal; appends its
+# output to $out/log.txt.
 run() {
     local name=$1; shift
+    local prefix
+    for prefix in "${skip[@]}"; do
+        if [[ "$name" == "$prefix"* ]]; then
+            echo "skipped $name: --skip $prefix" | tee -a "$out/summary.txt"
+            return
+        fi
+    done
     local left=$(( deadline - $(date +%s) ))
     if [ "$left" -le 10 ]; then
         echo "skipped $name: no time left" | tee -a "$out/summary.txt"
