@@ -14,6 +14,9 @@ reconstruction loss and the shifts). With `--data sample`, training uses
 the 5000-image sample embedded in the package (no download, no TensorFlow
 Datasets, no augmentation) and evaluates on its 1000 test images.
 
+`--max-minutes` stops training after that many minutes; `results.json`
+keeps the test accuracy and the per-epoch history.
+
 Usage:
     # Full MNIST, built offline from the four original .gz files.
     python examples/capsnet_mnist.py --data tfds --manual-dir data/mnist
@@ -26,7 +29,9 @@ Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
 """
 
 import argparse
+import json
 import os
+import time
 
 import _training
 import keras
@@ -77,6 +82,7 @@ def parse_args(argv=None):
     parser.add_argument("--reconstruction-weight", type=float, default=0.0005)
     parser.add_argument("--seed", type=int, default=0)
     _training.add_backup_argument(parser)
+    _training.add_time_limit_argument(parser)
     parser.add_argument(
         "--output-dir",
         default=os.path.join("runs", "capsnet_mnist"),
@@ -154,7 +160,12 @@ def train_and_evaluate(args):
     keras.utils.set_random_seed(args.seed)
     train, test = load_data(args)
     model = build_model(args)
-    metrics = _training.fit_and_evaluate(model, train, test, args)
+    time_limit = _training.TimeLimit(args.max_minutes)
+    start = time.monotonic()
+    metrics = _training.fit_and_evaluate(
+        model, train, test, args, callbacks=[time_limit]
+    )
+    minutes = (time.monotonic() - start) / 60
 
     model_path = os.path.join(args.output_dir, "capsnet.keras")
     images = _training.first_images(test)
@@ -163,12 +174,22 @@ def train_and_evaluate(args):
     figure_path = os.path.join(args.output_dir, "reconstructions.png")
     save_reconstructions(reloaded, images, figure_path)
     print(f"Saved {figure_path}.")
-    return {
+    results = {
+        "backend": keras.backend.backend(),
         "test_accuracy": float(metrics["accuracy"]),
         "test_loss": float(metrics["loss"]),
+        "stopped_by_time_limit": time_limit.stopped,
+        "minutes_train_and_test": minutes,
+        "batch_size": args.batch_size,
+        "epochs": len(model.history.history["loss"]),
+        "history": model.history.history,
+        "seed": args.seed,
         "model_path": model_path,
         "figure_path": figure_path,
     }
+    with open(os.path.join(args.output_dir, "results.json"), "w") as file:
+        json.dump(results, file, indent=1)
+    return results
 
 
 def main(argv=None):
