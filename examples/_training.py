@@ -7,6 +7,7 @@ smaller helpers also serve `capsnet_mnist.py`.
 """
 
 import argparse
+import json
 import os
 import time
 
@@ -414,6 +415,37 @@ def fit_and_evaluate(
         metrics = model.evaluate(test, **evaluate_kwargs)
     print(f"Test accuracy: {metrics['accuracy']:.4f}")
     return metrics
+
+
+def fit_within_time_limit(model, train, test, args):
+    """`fit_and_evaluate`, stopped after `--max-minutes`.
+
+    Returns the run's record for `results.json`: the test metrics, whether
+    the time limit stopped training, the minutes of training and testing,
+    the batch size, the epochs begun, the per-epoch history and the seed.
+    """
+    time_limit = TimeLimit(args.max_minutes)
+    start = time.monotonic()
+    metrics = fit_and_evaluate(model, train, test, args, callbacks=[time_limit])
+    history = model.history.history
+    return {
+        "backend": keras.backend.backend(),
+        "test_accuracy": float(metrics["accuracy"]),
+        "test_loss": float(metrics["loss"]),
+        "stopped_by_time_limit": time_limit.stopped,
+        "minutes_train_and_test": (time.monotonic() - start) / 60,
+        "batch_size": args.batch_size,
+        "epochs": len(history["loss"]),
+        "history": history,
+        "seed": args.seed,
+    }
+
+
+def write_results(results, output_dir):
+    """Writes `results` to `results.json` in `output_dir`."""
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, "results.json"), "w") as file:
+        json.dump(results, file, indent=1)
 
 
 def load_mnist(args, smoke_steps, augment=True):

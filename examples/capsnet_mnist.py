@@ -29,9 +29,7 @@ Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
 """
 
 import argparse
-import json
 import os
-import time
 
 import _training
 import keras
@@ -160,35 +158,17 @@ def train_and_evaluate(args):
     keras.utils.set_random_seed(args.seed)
     train, test = load_data(args)
     model = build_model(args)
-    time_limit = _training.TimeLimit(args.max_minutes)
-    start = time.monotonic()
-    metrics = _training.fit_and_evaluate(
-        model, train, test, args, callbacks=[time_limit]
-    )
-    minutes = (time.monotonic() - start) / 60
+    results = _training.fit_within_time_limit(model, train, test, args)
 
     model_path = os.path.join(args.output_dir, "capsnet.keras")
     images = _training.first_images(test)
     reloaded = _training.save_and_reload(model, model_path, images)
-
     figure_path = os.path.join(args.output_dir, "reconstructions.png")
+    results.update(model_path=model_path, figure_path=figure_path)
+    # Written before the figure, which needs matplotlib.
+    _training.write_results(results, args.output_dir)
     save_reconstructions(reloaded, images, figure_path)
     print(f"Saved {figure_path}.")
-    results = {
-        "backend": keras.backend.backend(),
-        "test_accuracy": float(metrics["accuracy"]),
-        "test_loss": float(metrics["loss"]),
-        "stopped_by_time_limit": time_limit.stopped,
-        "minutes_train_and_test": minutes,
-        "batch_size": args.batch_size,
-        "epochs": len(model.history.history["loss"]),
-        "history": model.history.history,
-        "seed": args.seed,
-        "model_path": model_path,
-        "figure_path": figure_path,
-    }
-    with open(os.path.join(args.output_dir, "results.json"), "w") as file:
-        json.dump(results, file, indent=1)
     return results
 
 

@@ -32,10 +32,8 @@ Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
 """
 
 import argparse
-import json
 import math
 import os
-import time
 
 import _training
 import keras
@@ -142,32 +140,14 @@ def main(argv=None):
         jit_compile=_training.jit_compile(),
     )
     model.summary()
-    time_limit = _training.TimeLimit(args.max_minutes)
-    start = time.monotonic()
-    metrics = _training.fit_and_evaluate(
-        model, train, test, args, callbacks=[time_limit]
-    )
-    minutes = (time.monotonic() - start) / 60
+    results = _training.fit_within_time_limit(model, train, test, args)
+    results["augment"] = args.augment and args.data == "tfds"
 
-    os.makedirs(args.output_dir, exist_ok=True)
     model_path = os.path.join(args.output_dir, "efficient_capsnet.keras")
     images = _training.first_images(test)
     reloaded = _training.save_and_reload(model, model_path, images)
-    results = {
-        "backend": keras.backend.backend(),
-        "test_accuracy": float(metrics["accuracy"]),
-        "test_loss": float(metrics["loss"]),
-        "stopped_by_time_limit": time_limit.stopped,
-        "minutes_train_and_test": minutes,
-        "batch_size": args.batch_size,
-        "augment": args.augment and args.data == "tfds",
-        "epochs": len(model.history.history["loss"]),
-        "history": model.history.history,
-        "seed": args.seed,
-    }
     # Written before the figure, which needs matplotlib.
-    with open(os.path.join(args.output_dir, "results.json"), "w") as file:
-        json.dump(results, file, indent=1)
+    _training.write_results(results, args.output_dir)
     figure = visualization.reconstructions(images, reloaded.reconstruct(images))
     figure_path = os.path.join(args.output_dir, "reconstructions.png")
     figure.savefig(figure_path, dpi=100)
