@@ -1,6 +1,9 @@
-"""Capsule networks for Keras 3: dynamic routing and EM routing.
+"""Capsule networks for Keras 3.
 
-Runs on TensorFlow, JAX and PyTorch through `keras.ops`.
+Three routing families: dynamic routing-by-agreement (Sabour et al., 2017),
+matrix capsules with EM routing (Hinton et al., 2018) and self-attention
+routing (Efficient-CapsNet, Mazzia et al., 2021). Runs on TensorFlow, JAX
+and PyTorch through `keras.ops`.
 """
 
 from keras_capsules import callbacks
