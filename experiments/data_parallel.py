@@ -20,7 +20,8 @@ ends its output with one JSON line: the backend, the replicas of both runs,
 the largest weight difference between them, whether every replica holds
 the same value of every variable, and both loss histories. Without
 `--check` the script trains, prints the progress of `fit`, saves the model
-as `<model>.keras` in `--output-dir` and checks that the reloaded model predicts the same.
+as `<model>.keras` in `--output-dir` and checks that the reloaded model
+predicts the same.
 
 Usage:
     # Every GPU of the machine.
