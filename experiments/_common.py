@@ -119,8 +119,9 @@ class SeededBatches(keras.utils.PyDataset):
 
     `make_batch` must depend only on its arguments (and the seed it
     closes over), so that every batch is reproducible; `epoch` is set by
-    the `EpochSeeds` callback that `callback()` returns, which must be
-    passed to `fit` after any `BackupAndRestore`.
+    the `EpochSeeds` callback that `callback()` returns. Pass both to `fit`
+    with `shuffle=False`: Keras would otherwise shuffle the batches with
+    Python's global random state, which a resumed run does not restore.
     """
 
     def __init__(self, num_batches, make_batch, **kwargs):
@@ -187,8 +188,8 @@ class TimeLimit(keras.callbacks.Callback):
 
 
 def run_callbacks(args, data, *callbacks):
-    """`callbacks`, then `--backup-dir`'s and `--log-csv`'s, then the
-    epoch of `data` (after the backup, which sets the first epoch)."""
+    """`callbacks`, then those of `--backup-dir` and `--log-csv`, then the
+    one that tells `data` its epoch."""
     callbacks = list(callbacks)
     if args.backup_dir:
         callbacks.append(keras.callbacks.BackupAndRestore(args.backup_dir))

@@ -157,6 +157,8 @@ def train_until_target(model, train, familiar, args):
         train,
         epochs=args.epochs,
         callbacks=_common.run_callbacks(args, train, stop, time_limit),
+        # The batches come in their seeded order.
+        shuffle=False,
     )
     steps = int(model.optimizer.iterations)
     return {

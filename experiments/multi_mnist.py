@@ -240,6 +240,8 @@ def main(argv=None):
         train,
         epochs=args.epochs,
         callbacks=_common.run_callbacks(args, train, time_limit),
+        # The batches come in their seeded order.
+        shuffle=False,
     )
     metrics = model.evaluate(
         *test, batch_size=args.batch_size, return_dict=True
