@@ -3,8 +3,8 @@
 Builds a small capsule network from `keras_capsules.layers` in the Keras
 functional API (a convolution, `PrimaryCaps`, a routed `DenseCaps` layer
 and `Length`, the length of each class capsule as its score), compiles it
-with `MarginLoss` and XLA (`jit_compile=True`), and trains it on a folder
-of images with one subfolder per class, read by
+with `MarginLoss` and XLA (`jit_compile=True` on TensorFlow and JAX), and
+trains it on a folder of images with one subfolder per class, read by
 `keras.utils.image_dataset_from_directory` (needs TensorFlow for
 `tf.data`; `fit` takes the result on every backend). It prints the
 validation accuracy, saves `custom_capsnet.keras`, loads it back and checks
@@ -105,7 +105,8 @@ model.compile(
     optimizer=keras.optimizers.Adam(1e-3),
     loss=keras_capsules.losses.MarginLoss(),
     metrics=["accuracy"],
-    jit_compile=True,
+    # XLA on TensorFlow and JAX; torch.compile would take minutes here.
+    jit_compile=keras.backend.backend() != "torch",
 )
 model.summary()
 
