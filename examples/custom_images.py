@@ -13,8 +13,8 @@ that the loaded model predicts the same.
 `--data-dir` is your folder, e.g. `flowers/daisy/*.jpg`, `flowers/rose/...`.
 Without it the recipe writes the MNIST sample that ships with the package
 as such a folder of PNG files (10 subfolders, 5,000 images, in
-`--output-dir`) and trains on that: three epochs reach about 95 % on the
-held-out fifth, in a few minutes on a 2-core CPU. `--smoke` writes a tiny
+`--output-dir`) and trains on that, testing on the held-out fifth; an
+epoch takes a few minutes on a 2-core CPU. `--smoke` writes a tiny
 folder (4 images per class) and takes a few steps, to check that it runs.
 
 For matrix capsules, swap the capsule layers for `PrimaryMatrixCaps`,

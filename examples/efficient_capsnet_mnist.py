@@ -12,8 +12,8 @@ back, checks that the loaded model predicts the same, and, when matplotlib
 is installed, draws test digits above their reconstructions.
 
 Without `--data-dir` it trains on the 5,000-image MNIST sample that ships
-with the package (offline, no TensorFlow): about 95 % test accuracy after
-three epochs, in about 3 minutes on a 2-core CPU. With `--data-dir`, a
+with the package (offline, no TensorFlow); an epoch of its 313 steps takes
+a few minutes on a 2-core CPU (see docs/results.md). With `--data-dir`, a
 folder holding the four original MNIST `.gz` files, it trains on all
 60,000 digits; docs/results.md lists what longer runs reach.
 
