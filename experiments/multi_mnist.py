@@ -9,10 +9,11 @@ A pair counts as recognised when both digits are the two highest scores.
 `--model capsnet` trains the paper's CapsNet on 36x36 inputs with
 `num_objects=2`: the margin loss on both labels plus the reconstruction of
 each digit from its own capsule. `--model cnn` trains the CNN baseline
-(`_baselines.sabour_cnn`, sigmoid outputs). Both use Adam at 1e-3 decayed by
+(`_common.sabour_cnn`, sigmoid outputs). Both use Adam at 1e-3 decayed by
 0.96 every 2000 steps. `--model efficient_capsnet` trains the MultiMNIST
 network of Efficient-CapsNet (`EfficientCapsNet.from_preset("multimnist")`)
-with its own `compile()` defaults (use `--batch-size 16`, the authors').
+with its own `compile()` defaults (use `--batch-size 16`, the authors',
+whose learning-rate decay counts epochs of 60,000 pairs).
 The script reports the error rate on `--test-pairs` test pairs (always
 the same pairs, seed 0), the number of training pairs seen and the wall
 time in `results.json`, saves the model, and for CapsNet draws test pairs
@@ -25,25 +26,28 @@ them again from a saved model.
 The paper reports 5.2 % error for CapsNet and 8.1 % for its baseline,
 after training on 60M pairs (1,000 per MNIST training image).
 
+The training pairs are drawn anew every epoch, `--train-pairs` of them, in
+NumPy (`multi_mnist.make_pairs`): batch `i` of epoch `e` from the seed
+`(--seed, e, i)`, so a run resumed with `--backup-dir` draws the pairs of
+the epochs it has left, as an uninterrupted run would. `--fixed-pairs`
+makes `--train-pairs` pairs once and shuffles them every epoch instead.
+
 Usage:
     # CapsNet, at most an hour of training on the original MNIST files.
-    python examples/multi_mnist.py --model capsnet --manual-dir data/mnist \\
+    python experiments/multi_mnist.py --model capsnet --data-dir data/mnist \\
         --max-minutes 60
-    python examples/multi_mnist.py --model cnn --manual-dir data/mnist
+    python experiments/multi_mnist.py --model cnn --data-dir data/mnist
     # Check that everything runs (a few steps on the embedded sample).
-    python examples/multi_mnist.py --smoke
+    python experiments/multi_mnist.py --smoke
 
 Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
 """
 
 import argparse
-import json
-import math
 import os
 import time
 
-import _baselines
-import _training
+import _common
 import keras
 import numpy as np
 
@@ -51,8 +55,6 @@ import keras_capsules
 from keras_capsules.datasets import multi_mnist
 
 TEST_SEED = 0
-SMOKE_STEPS = 2
-SMOKE_BATCH_SIZE = 8
 
 
 def parse_args(argv=None):
@@ -65,36 +67,20 @@ def parse_args(argv=None):
         choices=("capsnet", "efficient_capsnet", "cnn"),
         default="capsnet",
     )
-    _training.add_mnist_source_arguments(parser)
-    parser.add_argument(
-        "--pipeline",
-        choices=("tf.data", "numpy"),
-        default="tf.data",
-        help="'tf.data': pairs generated on the fly, new ones every epoch; "
-        "'numpy': --train-pairs pairs made once in NumPy and reused every "
-        "epoch (needs no TensorFlow with --manual-dir or --data sample). "
-        "--data sample implies 'numpy'.",
-    )
     parser.add_argument(
         "--train-pairs",
         type=int,
         default=60000,
-        help="Training pairs per epoch (new pairs every epoch with the "
-        "tf.data pipeline).",
+        help="Training pairs per epoch.",
+    )
+    parser.add_argument(
+        "--fixed-pairs",
+        action="store_true",
+        help="Make --train-pairs pairs once and reuse them every epoch "
+        "(default: new pairs every epoch).",
     )
     parser.add_argument("--test-pairs", type=int, default=10000)
-    parser.add_argument("--epochs", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=128)
-    _training.add_time_limit_argument(parser)
     parser.add_argument("--routing-iterations", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    _training.add_backup_argument(parser)
-    parser.add_argument(
-        "--output-dir",
-        default=None,
-        help="Where the model, results.json and the figure are written "
-        "(default: runs/multi_mnist_<model>).",
-    )
     parser.add_argument(
         "--figures-from",
         default=None,
@@ -102,61 +88,55 @@ def parse_args(argv=None):
         help="Only draw the figures of the CapsNet saved at PATH (a "
         ".keras file written by this script) into --output-dir.",
     )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help=f"{SMOKE_STEPS} steps of a small network on pairs of the "
-        "embedded sample, to check that everything runs.",
+    _common.add_common_arguments(
+        parser, output_dir=None, epochs=50, batch_size=128
     )
     args = parser.parse_args(argv)
     if args.output_dir is None:
         args.output_dir = os.path.join("runs", f"multi_mnist_{args.model}")
-    args.steps_per_epoch = None
-    if args.data is None:
-        args.data = "sample" if args.smoke else "mnist"
-    if args.data == "sample":
-        args.pipeline = "numpy"
     if args.smoke:
         args.epochs = 1
-        args.batch_size = SMOKE_BATCH_SIZE
-        args.steps_per_epoch = SMOKE_STEPS
-        args.train_pairs = SMOKE_STEPS * SMOKE_BATCH_SIZE
-        args.test_pairs = SMOKE_BATCH_SIZE
+        args.batch_size = _common.SMOKE_BATCH_SIZE
+        args.train_pairs = _common.SMOKE_STEPS * args.batch_size
+        args.test_pairs = args.batch_size
     return args
 
 
+def training_pairs(images, labels, args):
+    """The training batches: `(x, y)` of `make_pairs`, new pairs every
+    epoch seeded by `(seed, epoch, batch)`, or with `--fixed-pairs` the
+    same pairs every epoch in an order seeded by `(seed, epoch)`."""
+    num_batches = -(-args.train_pairs // args.batch_size)
+
+    def size(index):
+        return min(args.batch_size, args.train_pairs - index * args.batch_size)
+
+    if args.fixed_pairs:
+        x, y = multi_mnist.make_pairs(
+            images, labels, args.train_pairs, seed=args.seed
+        )
+
+        def make_batch(epoch, index):
+            start = index * args.batch_size
+            order = _common.epoch_order(args.seed, epoch, args.train_pairs)
+            chosen = order[start : start + size(index)]
+            return x[chosen], {name: v[chosen] for name, v in y.items()}
+
+    else:
+
+        def make_batch(epoch, index):
+            seed = _common.batch_seed(args.seed, epoch, index)
+            return multi_mnist.make_pairs(images, labels, size(index), seed)
+
+    return _common.SeededBatches(num_batches, make_batch)
+
+
 def load_data(args):
-    """Returns `(train, test)`: `tf.data` pipelines, or `(x, y)` NumPy
-    pairs with `--pipeline numpy`."""
-    if args.pipeline == "numpy":
-        mnist = keras_capsules.datasets.mnist
-        if args.data == "mnist":
-            digits = [
-                mnist.load_arrays(
-                    split, manual_dir=args.manual_dir, data_dir=args.data_dir
-                )
-                for split in ("train", "test")
-            ]
-        else:
-            digits = [mnist.load_sample(split) for split in ("train", "test")]
-        train = multi_mnist.make_pairs(
-            *digits[0], args.train_pairs, seed=args.seed
-        )
-        test = multi_mnist.make_pairs(
-            *digits[1], args.test_pairs, seed=TEST_SEED
-        )
-        return train, test
-    common = dict(
-        batch_size=args.batch_size,
-        manual_dir=args.manual_dir,
-        data_dir=args.data_dir,
-    )
-    train = multi_mnist.load(
-        "train", num_pairs=args.train_pairs, seed=args.seed, **common
-    )
-    test = multi_mnist.load(
-        "test", num_pairs=args.test_pairs, seed=TEST_SEED, **common
-    )
+    """Returns the training batches and the `(x, y)` test pairs (always
+    the same: seed 0)."""
+    (train_images, train_labels), test_digits = _common.load_digits(args)
+    train = training_pairs(train_images, train_labels, args)
+    test = multi_mnist.make_pairs(*test_digits, args.test_pairs, TEST_SEED)
     return train, test
 
 
@@ -164,20 +144,24 @@ def labels_only(data):
     """The data with the 2-hot labels as the only target (for the CNN)."""
     if isinstance(data, tuple):
         return data[0], data[1]["labels"]
-    return data.map(lambda x, y: (x, y["labels"]))
+    make_batch = data.make_batch
+
+    def labels(epoch, index):
+        x, y = make_batch(epoch, index)
+        return x, y["labels"]
+
+    data.make_batch = labels
+    return data
 
 
 def build_model(args):
     """The compiled CapsNet (`num_objects=2`), EfficientCapsNet or CNN."""
     input_shape = (36, 36, 1)
     if args.model == "cnn":
-        return _baselines.sabour_cnn(input_shape, num_labels=2)
+        return _common.sabour_cnn(input_shape, num_labels=2)
     if args.model == "efficient_capsnet":
         model = keras_capsules.models.EfficientCapsNet.from_preset("multimnist")
-        model.compile(
-            steps_per_epoch=args.steps_per_epoch
-            or math.ceil(args.train_pairs / args.batch_size)
-        )
+        model.compile()
         return model
     sizes = {}
     if args.smoke:
@@ -206,12 +190,8 @@ def save_figures(model, test, output_dir, num_images=8):
     """
     from keras_capsules import visualization
 
-    if isinstance(test, tuple):
-        images, y = test[0][:num_images], test[1]
-    else:
-        images, y = next(iter(test.take(1)))
-        images = np.asarray(images)[:num_images]
-    labels = np.asarray(y["object_labels"])[:num_images].argmax(-1)
+    images, y = test[0][:num_images], test[1]
+    labels = y["object_labels"][:num_images].argmax(-1)
     lengths = keras.ops.convert_to_numpy(model.predict(images, verbose=0))
     predicted = np.argsort(-lengths, axis=-1)[:, :2]
     titles = [f"{a}{b} / {c}{d}" for (a, b), (c, d) in zip(labels, predicted)]
@@ -254,22 +234,21 @@ def main(argv=None):
         train, test = labels_only(train), labels_only(test)
     model = build_model(args)
     print(f"{args.model}: {model.count_params():,} parameters")
-    time_limit = _training.TimeLimit(args.max_minutes)
+    time_limit = _common.TimeLimit(args.max_minutes)
     start = time.monotonic()
-    metrics = _training.fit_and_evaluate(
-        model,
+    model.fit(
         train,
-        test,
-        args,
-        callbacks=[time_limit],
-        evaluate_steps=1 if args.smoke else None,
+        epochs=args.epochs,
+        callbacks=_common.run_callbacks(args, train, time_limit),
+        # The batches come in their seeded order.
+        shuffle=False,
+    )
+    metrics = model.evaluate(
+        *test, batch_size=args.batch_size, return_dict=True
     )
     wall_minutes = (time.monotonic() - start) / 60.0
-    os.makedirs(args.output_dir, exist_ok=True)
     model_path = os.path.join(args.output_dir, f"{args.model}.keras")
-    _training.save_and_reload(
-        model, model_path, _training.first_images(test, size=4)
-    )
+    _common.save_and_reload(model, model_path, test[0][:4])
     results = {
         "model": args.model,
         "backend": keras.backend.backend(),
@@ -286,11 +265,9 @@ def main(argv=None):
         "seed": args.seed,
     }
     # Written before the figures, which need matplotlib.
-    with open(os.path.join(args.output_dir, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    _common.write_results(results, args.output_dir)
     if args.model == "capsnet":
         results["figures"] = save_figures(model, test, args.output_dir)
-    print(json.dumps(results, indent=1))
     return results
 
 

@@ -35,11 +35,11 @@ and `adversarial.png` (accuracy against epsilon, both attacks, one curve
 per model) into `--output-dir`.
 
 Usage:
-    python examples/adversarial.py --manual-dir data/mnist \\
+    python experiments/adversarial.py --data-dir data/mnist \\
         --model CapsNet=runs/affine_mnist_capsnet/capsnet.keras \\
         --model CNN=runs/affine_mnist_cnn/cnn.keras
     # Check that everything runs (tiny untrained models, a few digits).
-    python examples/adversarial.py --smoke
+    python experiments/adversarial.py --smoke
 
 Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
 """
@@ -49,9 +49,7 @@ import json
 import os
 import time
 
-import _baselines
-import _digits
-import _training
+import _common
 import keras
 import numpy as np
 
@@ -83,7 +81,6 @@ def parse_args(argv=None):
         help="A saved .keras model and the name to plot it under; repeat "
         "for several models.",
     )
-    _training.add_mnist_source_arguments(parser)
     parser.add_argument(
         "--epsilons",
         default="0,0.05,0.1,0.15,0.2,0.3",
@@ -91,15 +88,10 @@ def parse_args(argv=None):
     )
     parser.add_argument("--bim-steps", type=int, default=10)
     parser.add_argument("--images", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument(
-        "--output-dir", default=os.path.join("runs", "adversarial")
-    )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="Attack tiny untrained models on a few embedded digits, to "
-        "check that everything runs.",
+    _common.add_common_arguments(
+        parser,
+        output_dir=os.path.join("runs", "adversarial"),
+        batch_size=100,
     )
     args = parser.parse_args(argv)
     try:
@@ -138,8 +130,6 @@ def parse_args(argv=None):
             )
         models.append((name, path))
     args.models = models
-    if args.data is None:
-        args.data = "sample" if args.smoke else "mnist"
     if args.smoke:
         args.images = SMOKE_IMAGES
         args.batch_size = SMOKE_IMAGES
@@ -147,7 +137,6 @@ def parse_args(argv=None):
         args.epsilons = [0.0, 0.1]
     elif not models:
         parser.error("give at least one --model NAME=PATH (or --smoke)")
-    args.check_images = args.images
     return args
 
 
@@ -168,7 +157,7 @@ def smoke_models():
     return [
         ("CapsNet", capsnet),
         ("MatrixCapsNet", matrix),
-        ("CNN", _baselines.sabour_cnn(shape)),
+        ("CNN", _common.sabour_cnn(shape)),
     ]
 
 
@@ -178,7 +167,7 @@ def on_canvas(images, labels, size):
         images = affine_mnist.translate(
             images, seed=TRANSLATED_TEST_SEED, canvas_size=size
         )
-    return _digits.as_inputs(images), _digits.one_hot(labels)
+    return _common.as_inputs(images), _common.one_hot(labels)
 
 
 def margin_loss(y, scores):
@@ -331,14 +320,14 @@ def plot(results, epsilons, path):
 def main(argv=None):
     args = parse_args(argv)
     print(f"Keras {keras.__version__}, backend: {keras.backend.backend()}")
-    keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(args.seed)
     if args.smoke:
         models = smoke_models()
     else:
         models = [
             (name, keras.models.load_model(path)) for name, path in args.models
         ]
-    _, (images, labels) = _digits.load_digits(args)
+    _, (images, labels) = _common.load_digits(args)
     images, labels = images[: args.images], labels[: args.images]
     os.makedirs(args.output_dir, exist_ok=True)
     record = {

@@ -11,8 +11,8 @@ whole batch. PyTorch has no data-parallel engine in Keras: the script stops
 there with an error.
 
 The data is the MNIST sample shipped with the package (both models take
-28x28 digits, as in `matrix_capsnet_mnist.py`). `--cpu-devices N` splits the
-host CPU into N logical devices, to try everything without accelerators.
+28x28 digits). `--cpu-devices N` splits the host CPU into N logical
+devices, to try everything without accelerators.
 
 `--check` trains the same initial weights on the same batches (no
 shuffling, plain SGD) twice, on the devices and on a single device, and
@@ -20,17 +20,18 @@ ends its output with one JSON line: the backend, the replicas of both runs,
 the largest weight difference between them, whether every replica holds
 the same value of every variable, and both loss histories. Without
 `--check` the script trains, prints the progress of `fit`, saves the model
-as `.keras` and checks that the reloaded model predicts the same.
+as `<model>.keras` in `--output-dir` and checks that the reloaded model
+predicts the same.
 
 Usage:
     # Every GPU of the machine.
-    KERAS_BACKEND=jax python examples/data_parallel.py --model capsnet
+    KERAS_BACKEND=jax python experiments/data_parallel.py --model capsnet
     # Two logical CPU devices, compared with single-device training.
-    KERAS_BACKEND=tensorflow python examples/data_parallel.py \\
+    KERAS_BACKEND=tensorflow python experiments/data_parallel.py \\
         --model matrix_capsnet --cpu-devices 2 --preset tiny --steps 3 \\
         --batch-size 8 --check
     # Check that everything runs.
-    python examples/data_parallel.py --smoke
+    python experiments/data_parallel.py --smoke
 
 Set the backend with `KERAS_BACKEND=jax|tensorflow`.
 """
@@ -87,19 +88,11 @@ def parse_args(argv=None):
         "train on those.",
     )
     parser.add_argument(
-        "--data",
-        choices=("sample",),
-        default="sample",
-        help="The 5000-image MNIST sample shipped with the package.",
-    )
-    parser.add_argument(
         "--preset",
-        "--config",
-        dest="preset",
         choices=("paper", "tiny"),
         default="paper",
         help="The paper's network (MatrixCapsNet: A=B=C=D=32) or a tiny one "
-        "for checks. --config is an alias, kept for one release.",
+        "for checks.",
     )
     parser.add_argument(
         "--batch-size",
@@ -129,10 +122,10 @@ def parse_args(argv=None):
         help="Compare with single-device training and print a JSON line.",
     )
     parser.add_argument(
-        "--output",
+        "--output-dir",
         default=None,
-        help="Where to save the trained model. Defaults to "
-        "data_parallel_<model>.keras.",
+        help="Where to save the trained model, <model>.keras. Defaults to "
+        "runs/data_parallel_<model>.",
     )
     parser.add_argument(
         "--smoke",
@@ -154,8 +147,8 @@ def parse_args(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be positive")
     if args.batch_size < 1 or args.epochs < 1:
         parser.error("--batch-size and --epochs must be positive")
-    if args.output is None:
-        args.output = f"data_parallel_{args.model}.keras"
+    if args.output_dir is None:
+        args.output_dir = os.path.join("runs", f"data_parallel_{args.model}")
     return args
 
 
@@ -445,9 +438,13 @@ def main(argv=None):
     model, _, _ = train(engine, args, x, y)
     x_test, _ = keras_capsules.datasets.mnist.load_sample("test")
     # Imported late as it imports Keras (see above).
-    import _training
+    import _common
 
-    _training.save_and_reload(model, args.output, x_test[: args.batch_size])
+    _common.save_and_reload(
+        model,
+        os.path.join(args.output_dir, f"{args.model}.keras"),
+        x_test[: args.batch_size],
+    )
     return 0
 
 

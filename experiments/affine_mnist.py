@@ -13,7 +13,7 @@ affine digits here are made by the package's generator, not taken from
 the affNIST files, so the numbers compare in kind, not exactly.
 
 `--model` picks CapsNet (40x40 inputs: 4,608 primary capsules), the small
-MatrixCapsNet, or the CNN baseline (`_baselines.sabour_cnn`). Every
+MatrixCapsNet, or the CNN baseline (`_common.sabour_cnn`). Every
 `--check-every` steps the accuracy on `--check-images` translated test
 digits is measured, and training stops once it reaches the target (or
 after `--max-minutes`). The script then reports both test accuracies on
@@ -21,18 +21,19 @@ all 10,000 test digits, and their difference, in `results.json`, and saves
 the model.
 
 Usage:
-    python examples/affine_mnist.py --model capsnet --manual-dir data/mnist
-    python examples/affine_mnist.py --model cnn --manual-dir data/mnist
-    python examples/affine_mnist.py --model matrix_capsnet \\
-        --manual-dir data/mnist
+    python experiments/affine_mnist.py --model capsnet --data-dir data/mnist
+    python experiments/affine_mnist.py --model cnn --data-dir data/mnist
+    python experiments/affine_mnist.py --model matrix_capsnet \\
+        --data-dir data/mnist
     # Check that everything runs (a few steps on the embedded sample).
-    python examples/affine_mnist.py --smoke
+    python experiments/affine_mnist.py --smoke
 
 Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
 """
 
 import argparse
 
+import _common
 import _digits
 import keras
 
@@ -54,10 +55,8 @@ def parse_args(argv=None):
         choices=("capsnet", "matrix_capsnet", "cnn"),
         default="capsnet",
     )
-    _digits.add_experiment_arguments(
-        parser, "affine_mnist", target=0.99, epochs=50
-    )
-    return _digits.resolve_arguments(parser.parse_args(argv), "affine_mnist")
+    _digits.add_arguments(parser, "affine_mnist", target=0.99, epochs=50)
+    return _digits.resolve_arguments(parser.parse_args(argv))
 
 
 def load_data(args):
@@ -65,7 +64,7 @@ def load_data(args):
     (train_images, train_labels), (test_images, test_labels) = (
         _digits.load_digits(args)
     )
-    train = _digits.TransformedDigits(
+    train = _common.transformed_digits(
         train_images,
         train_labels,
         args.batch_size,
@@ -74,17 +73,17 @@ def load_data(args):
             images, seed=seed, canvas_size=CANVAS
         ),
     )
-    translated = _digits.as_inputs(
+    translated = _common.as_inputs(
         affine_mnist.translate(
             test_images, seed=TRANSLATED_TEST_SEED, canvas_size=CANVAS
         )
     )
-    affine = _digits.as_inputs(
+    affine = _common.as_inputs(
         affine_mnist.transform(
             test_images, seed=AFFINE_TEST_SEED, canvas_size=CANVAS
         )
     )
-    y = _digits.one_hot(test_labels)
+    y = _common.one_hot(test_labels)
     return train, (translated, y), (affine, y)
 
 

@@ -25,20 +25,21 @@ the 28x28 frame: strokes turned out of it are cut, which happens rarely,
 since MNIST digits fit a 20x20 box in the middle.
 
 `--model` picks the small MatrixCapsNet, CapsNet or the CNN baseline
-(`_baselines.sabour_cnn`, with pooling), each compiled with its defaults.
+(`_common.sabour_cnn`, with pooling), each compiled with its defaults.
 
 Usage:
-    python examples/viewpoints_mnist.py --model matrix_capsnet \\
-        --manual-dir data/mnist
-    python examples/viewpoints_mnist.py --model cnn --manual-dir data/mnist
+    python experiments/viewpoints_mnist.py --model matrix_capsnet \\
+        --data-dir data/mnist
+    python experiments/viewpoints_mnist.py --model cnn --data-dir data/mnist
     # Check that everything runs (a few steps on the embedded sample).
-    python examples/viewpoints_mnist.py --smoke
+    python experiments/viewpoints_mnist.py --smoke
 
 Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
 """
 
 import argparse
 
+import _common
 import _digits
 import keras
 import numpy as np
@@ -76,9 +77,7 @@ def parse_args(argv=None):
         help="Novel test digits are rotated by between --familiar-angle "
         "and this many degrees either way.",
     )
-    _digits.add_experiment_arguments(
-        parser, "viewpoints_mnist", target=0.98, epochs=20
-    )
+    _digits.add_arguments(parser, "viewpoints_mnist", target=0.98, epochs=20)
     args = parser.parse_args(argv)
     if not 0 <= args.familiar_angle < args.novel_angle <= 180:
         raise ValueError(
@@ -86,7 +85,7 @@ def parse_args(argv=None):
             f"Received: familiar_angle={args.familiar_angle}, "
             f"novel_angle={args.novel_angle}"
         )
-    return _digits.resolve_arguments(args, "viewpoints_mnist")
+    return _digits.resolve_arguments(args)
 
 
 def familiar_angles(num_images, seed, familiar):
@@ -109,7 +108,7 @@ def load_data(args):
     (train_images, train_labels), (test_images, test_labels) = (
         _digits.load_digits(args)
     )
-    train = _digits.TransformedDigits(
+    train = _common.transformed_digits(
         train_images,
         train_labels,
         args.batch_size,
@@ -127,11 +126,11 @@ def load_data(args):
         num_test, NOVEL_TEST_SEED, args.familiar_angle, args.novel_angle
     )
     novel = affine_mnist.rotate(test_images, angles)
-    y = _digits.one_hot(test_labels)
+    y = _common.one_hot(test_labels)
     return (
         train,
-        (_digits.as_inputs(familiar), y),
-        (_digits.as_inputs(novel), y),
+        (_common.as_inputs(familiar), y),
+        (_common.as_inputs(novel), y),
         angles,
     )
 
