@@ -1,11 +1,9 @@
-import contextlib
 import gzip
 import importlib.util
 import os
 import struct
 import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
@@ -14,6 +12,7 @@ from absl.testing import parameterized
 
 from keras_capsules import testing
 from keras_capsules.datasets import mnist
+from tests.datasets import helpers
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _MNIST_DIR = os.path.join(_REPO, "..", "shared", "data", "mnist")
@@ -32,7 +31,6 @@ _TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 _TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 
 # idx type codes, written independently of the reader under test.
-_ABSENT = object()
 _IDX_CODES = {
     "uint8": 0x08,
     "int8": 0x09,
@@ -51,37 +49,6 @@ def _write_idx(path, array, compress):
     opener = gzip.open if compress else open
     with opener(path, "wb") as f:
         f.write(payload)
-
-
-@contextlib.contextmanager
-def _without_tfds():
-    """Makes `import tensorflow_datasets` fail, touching nothing else."""
-    # Only this entry is swapped: restoring all of sys.modules would drop
-    # modules that TensorFlow imports lazily meanwhile.
-    saved = sys.modules.get("tensorflow_datasets", _ABSENT)
-    sys.modules["tensorflow_datasets"] = None
-    try:
-        yield
-    finally:
-        if saved is _ABSENT:
-            del sys.modules["tensorflow_datasets"]
-        else:
-            sys.modules["tensorflow_datasets"] = saved
-
-
-def _tfds():
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError:
-        pytest.skip("tensorflow_datasets is not installed")
-    return tfds
-
-
-def _batches(dataset):
-    return [
-        tuple(np.asarray(t) for t in batch)
-        for batch in dataset.as_numpy_iterator()
-    ]
 
 
 def _load_script():
@@ -251,13 +218,13 @@ class LoadSampleTest(testing.TestCase):
 
 class LoadTest(testing.TestCase):
     def test_shapes_dtypes_and_ranges(self):
-        tfds = _tfds()
+        tfds = helpers.tfds_or_skip()
         with tfds.testing.mock_data(num_examples=10):
             dataset = mnist.load("train", batch_size=4, seed=0)
         images_spec, labels_spec = dataset.element_spec
         self.assertEqual(tuple(images_spec.shape), (None, 28, 28, 1))
         self.assertEqual(tuple(labels_spec.shape), (None, 10))
-        batches = _batches(dataset)
+        batches = helpers.batches(dataset)
         self.assertEqual([len(x) for x, _ in batches], [4, 4, 2])
         for x, y in batches:
             self.assertEqual(x.dtype, np.float32)
@@ -268,29 +235,31 @@ class LoadTest(testing.TestCase):
             self.assertTrue(np.all((y == 0) | (y == 1)))
 
     def test_drop_remainder_gives_static_batch(self):
-        tfds = _tfds()
+        tfds = helpers.tfds_or_skip()
         with tfds.testing.mock_data(num_examples=10):
             dataset = mnist.load("test", batch_size=4, drop_remainder=True)
         self.assertEqual(tuple(dataset.element_spec[0].shape), (4, 28, 28, 1))
-        self.assertEqual([len(x) for x, _ in _batches(dataset)], [4, 4])
+        self.assertEqual([len(x) for x, _ in helpers.batches(dataset)], [4, 4])
 
     def test_test_split_is_ordered_and_not_augmented(self):
-        tfds = _tfds()
+        tfds = helpers.tfds_or_skip()
         with tfds.testing.mock_data(num_examples=6):
-            first = _batches(mnist.load("test", batch_size=6))
-            second = _batches(mnist.load("test", batch_size=6, seed=5))
-            plain = _batches(mnist.load("test", batch_size=6, augment=False))
+            first = helpers.batches(mnist.load("test", batch_size=6))
+            second = helpers.batches(mnist.load("test", batch_size=6, seed=5))
+            plain = helpers.batches(
+                mnist.load("test", batch_size=6, augment=False)
+            )
         self.assertAllClose(first[0][0], second[0][0])
         self.assertAllClose(first[0][0], plain[0][0])
         self.assertAllClose(first[0][1], plain[0][1])
 
     def test_augmentation_shifts_preserve_content(self):
-        tfds = _tfds()
+        tfds = helpers.tfds_or_skip()
         with tfds.testing.mock_data(num_examples=16):
-            original, labels = _batches(
+            original, labels = helpers.batches(
                 mnist.load("test", batch_size=16, augment=False)
             )[0]
-            shifted, shifted_labels = _batches(
+            shifted, shifted_labels = helpers.batches(
                 mnist.load("test", batch_size=16, augment=True, seed=7)
             )[0]
         self.assertAllClose(shifted_labels, labels)
@@ -308,14 +277,14 @@ class LoadTest(testing.TestCase):
         self.assertGreater(len(set(shifts)), 3)
 
     def test_seed_makes_pipeline_reproducible(self):
-        tfds = _tfds()
+        tfds = helpers.tfds_or_skip()
         with tfds.testing.mock_data(num_examples=12):
-            runs = [
-                _batches(mnist.load("train", batch_size=12, seed=seed))[0]
-                for seed in (3, 3, 4)
-            ]
+            runs = []
+            for seed in (3, 3, 4):
+                dataset = mnist.load("train", batch_size=12, seed=seed)
+                runs.append(helpers.batches(dataset)[0])
             reiterated = mnist.load("train", batch_size=12, seed=3)
-            epochs = [_batches(reiterated)[0] for _ in range(2)]
+            epochs = [helpers.batches(reiterated)[0] for _ in range(2)]
         self.assertAllClose(runs[0][0], runs[1][0])
         self.assertAllClose(runs[0][1], runs[1][1])
         self.assertFalse(np.array_equal(runs[0][0], runs[2][0]))
@@ -323,7 +292,7 @@ class LoadTest(testing.TestCase):
         self.assertFalse(np.array_equal(epochs[0][0], epochs[1][0]))
 
     def test_fit_accepts_dataset(self):
-        tfds = _tfds()
+        tfds = helpers.tfds_or_skip()
         with tfds.testing.mock_data(num_examples=8):
             dataset = mnist.load("train", batch_size=4, seed=0)
         model = keras.Sequential(
@@ -390,24 +359,35 @@ class LoadTest(testing.TestCase):
         with self.assertRaisesRegex(error, pattern):
             mnist.load(**kwargs)
 
-    def test_no_data_fails_fast(self):
-        _tfds()
+    def test_no_data_raises_without_downloading(self):
+        tfds = helpers.tfds_or_skip()
         data_dir = self.get_temp_dir()
         empty_dir = self.get_temp_dir()
-        start = time.monotonic()
-        with self.assertRaisesRegex(
-            FileNotFoundError, r"not prepared.*Received: manual_dir=None$"
-        ):
-            mnist.load(data_dir=data_dir)
-        with self.assertRaisesRegex(
-            FileNotFoundError, r"lacks train-images-idx3-ubyte\.gz"
-        ):
-            mnist.load(data_dir=data_dir, manual_dir=empty_dir)
-        self.assertLess(time.monotonic() - start, 10.0)
+        with helpers.no_downloads(tfds) as attempts:
+            with self.assertRaisesRegex(
+                FileNotFoundError, r"not prepared.*Received: manual_dir=None$"
+            ):
+                mnist.load(data_dir=data_dir)
+            with self.assertRaisesRegex(
+                FileNotFoundError, r"lacks train-images-idx3-ubyte\.gz"
+            ):
+                mnist.load(data_dir=data_dir, manual_dir=empty_dir)
+        attempts.assert_not_called()
         self.assertEqual(os.listdir(empty_dir), [])
 
+    def test_no_downloads_stops_a_download(self):
+        # The guard of the test above catches TFDS's download entry point.
+        tfds = helpers.tfds_or_skip()
+        builder = tfds.builder("mnist", data_dir=self.get_temp_dir())
+        with helpers.no_downloads(tfds) as attempts:
+            with self.assertRaises(helpers.DownloadAttempted):
+                builder.download_and_prepare()
+        attempts.assert_called_once_with(
+            "core.DatasetBuilder.download_and_prepare"
+        )
+
     def test_wrong_files_fail_fast(self):
-        _tfds()
+        helpers.tfds_or_skip()
         manual_dir = self.get_temp_dir()
         for name in _ORIGINAL_FILES:
             with open(os.path.join(manual_dir, name), "wb") as f:
@@ -418,7 +398,7 @@ class LoadTest(testing.TestCase):
             mnist.load(data_dir=self.get_temp_dir(), manual_dir=manual_dir)
 
     def test_missing_tfds_raises_actionable_import_error(self):
-        with _without_tfds():
+        with helpers.without_tfds():
             with self.assertRaisesRegex(
                 ImportError,
                 r"`mnist.load`.*pip install keras-capsules\[datasets\]",
@@ -433,12 +413,12 @@ class LoadTest(testing.TestCase):
             "test", batch_size=1000, manual_dir=_MNIST_DIR, data_dir=data_dir
         )
         counts = np.zeros(10)
-        for x, y in _batches(dataset):
+        for x, y in helpers.batches(dataset):
             counts += y.sum(axis=0)
             self.assertLessEqual(x.max(), 1.0)
         np.testing.assert_array_equal(counts, _TEST_COUNTS)
         # Prepared now: no manual_dir needed any more.
         train = mnist.load("train", batch_size=60000, data_dir=data_dir)
-        ((x, y),) = _batches(train)
+        ((x, y),) = helpers.batches(train)
         self.assertEqual(x.shape, (60000, 28, 28, 1))
         np.testing.assert_array_equal(y.sum(axis=0), _TRAIN_COUNTS)
