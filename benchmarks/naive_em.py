@@ -234,7 +234,11 @@ class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
             child_activations,
             self.beta_v,
             self.beta_a,
-            **_em_core.resolve_epsilon(_em_core.layer_options(self))._asdict(),
+            iterations=self.routing_iterations,
+            final_lambda=self.final_lambda,
+            min_variance=self.min_variance,
+            epsilon=keras.config.epsilon(),
+            mode=self.routing_mode,
         )
         out_poses = ops.reshape(
             out_poses, (-1, out_h, out_w, num_out, pose_size, pose_size)

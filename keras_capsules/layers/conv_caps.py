@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
@@ -76,6 +77,8 @@ class ConvCaps(keras.layers.Layer):
             positive integer, if `padding` is unknown, if the input is not
             of rank 5 with defined `caps_in` and `dim_in`, or if
             `kernel_size` leaves no output positions on the input.
+        TypeError: If `use_bias`, `leaky_routing` or `stop_gradient` is
+            not a boolean.
 
     Example:
 
@@ -121,9 +124,9 @@ class ConvCaps(keras.layers.Layer):
         self.routing_iterations = check_positive_int(
             routing_iterations, "routing_iterations"
         )
-        self.use_bias = use_bias
-        self.leaky_routing = leaky_routing
-        self.stop_gradient = stop_gradient
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self.leaky_routing = check_bool(leaky_routing, "leaky_routing")
+        self.stop_gradient = check_bool(stop_gradient, "stop_gradient")
         if kernel_initializer is None:
             # A fresh instance per layer: an unseeded initializer draws a
             # fixed seed once, so a shared default would repeat its values.

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._fully_connected import check_built
 from keras_capsules.layers._fully_connected import check_capsule_list
@@ -71,6 +72,8 @@ class DenseCaps(keras.layers.Layer):
         ValueError: If a size argument or `routing_iterations` is not a
             positive integer, or if the input is not of rank 3 with defined
             `num_in` and `dim_in`.
+        TypeError: If `use_bias`, `leaky_routing` or `stop_gradient` is
+            not a boolean.
 
     Example:
 
@@ -110,9 +113,9 @@ class DenseCaps(keras.layers.Layer):
         self.routing_iterations = check_positive_int(
             routing_iterations, "routing_iterations"
         )
-        self.use_bias = use_bias
-        self.leaky_routing = leaky_routing
-        self.stop_gradient = stop_gradient
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self.leaky_routing = check_bool(leaky_routing, "leaky_routing")
+        self.stop_gradient = check_bool(stop_gradient, "stop_gradient")
         if kernel_initializer is None:
             # A fresh instance per layer: an unseeded initializer draws a
             # fixed seed once, so a shared default would repeat its values.

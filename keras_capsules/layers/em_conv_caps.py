@@ -152,8 +152,10 @@ class EMConvCaps(keras.layers.Layer):
         self.kernel_size = normalize_pair(kernel_size, "kernel_size")
         self.strides = normalize_pair(strides, "strides")
         self.padding = normalize_padding(padding)
-        # Checked once, here; `call` hands them to the routing as they are.
-        options = _em_core.check_options(
+        # Checked once, here, and kept: `call` hands them to the routing as
+        # they are, and the properties below read them. A variant with
+        # other options is a new layer (`from_config` with overrides).
+        self._routing_options = _em_core.check_options(
             routing_iterations,
             final_lambda,
             min_variance,
@@ -161,10 +163,6 @@ class EMConvCaps(keras.layers.Layer):
             routing_mode,
             names=_em_core.LAYER_NAMES,
         )
-        self.routing_iterations = options.iterations
-        self.final_lambda = options.final_lambda
-        self.min_variance = options.min_variance
-        self.routing_mode = options.mode
         self.routing_normalization = _em_core.check_normalization(
             routing_normalization, "routing_normalization"
         )
@@ -181,6 +179,27 @@ class EMConvCaps(keras.layers.Layer):
         self.beta_a_initializer = keras.initializers.get(beta_a_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
+
+    @property
+    def routing_iterations(self):
+        """The number of EM iterations (read-only)."""
+        return self._routing_options.iterations
+
+    @property
+    def final_lambda(self):
+        """The final inverse temperature of the routing (read-only)."""
+        return self._routing_options.final_lambda
+
+    @property
+    def min_variance(self):
+        """The floor added to every variance (read-only)."""
+        return self._routing_options.min_variance
+
+    @property
+    def routing_mode(self):
+        """`"official"` or `"paper"`, the forms of the M-step
+        (read-only)."""
+        return self._routing_options.mode
 
     def build(self, input_shape):
         self.compute_output_shape(input_shape)
@@ -222,7 +241,7 @@ class EMConvCaps(keras.layers.Layer):
                 self.strides,
                 self.padding,
                 self.routing_normalization,
-                _em_core.layer_options(self),
+                self._routing_options,
             )
         )
 

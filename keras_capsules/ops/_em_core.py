@@ -86,34 +86,19 @@ def check_options(
     )
 
 
-def layer_options(layer):
-    """The `Options` of an EM layer, from its checked attributes.
-
-    Read when the layer runs, so that an attribute set after construction
-    (as the learning-curve benchmark overrides options) takes effect.
-    """
-    return Options(
-        iterations=layer.routing_iterations,
-        final_lambda=layer.final_lambda,
-        min_variance=layer.min_variance,
-        epsilon=None,
-        mode=layer.routing_mode,
-    )
-
-
 def check_normalization(normalization, name="normalization"):
     return check_option(normalization, name, NORMALIZATIONS)
 
 
-def resolve_epsilon(options):
-    """`options` with `epsilon=None` replaced by `keras.config.epsilon()`.
+def resolve_epsilon(epsilon):
+    """`epsilon`, or `keras.config.epsilon()` if it is `None`.
 
     Resolved when the routing runs, so that a layer follows
     `keras.config.set_epsilon` as the op does.
     """
-    if options.epsilon is not None:
-        return options
-    return options._replace(epsilon=float(keras.config.epsilon()))
+    if epsilon is not None:
+        return epsilon
+    return float(keras.config.epsilon())
 
 
 def check_beta(beta, name, num_out, dtype):
@@ -133,7 +118,6 @@ def route_dense(
     votes, activations, beta_v, beta_a, options, return_assignments=False
 ):
     """`em_routing` on checked arguments and `Options`."""
-    options = resolve_epsilon(options)
     dtype, compute_dtype = compute_dtypes(votes)
     votes = ops.cast(votes, compute_dtype)
     activations = ops.cast(activations, compute_dtype)
@@ -182,7 +166,6 @@ def route_conv(
     num_out)` and, if asked, assignments `(batch, out_h, out_w, children,
     num_out)`.
     """
-    options = resolve_epsilon(options)
     geometry = layout.geometry
     out_h, out_w = geometry.out_size
     dtype, compute_dtype = compute_dtypes(votes)
@@ -234,7 +217,7 @@ def route_conv(
         else:
             # Uniform over every (position, type) parent of the child.
             initial = ones * real / (num_out * ops.maximum(counts, 1.0))
-        fold_epsilon = options.epsilon
+        fold_epsilon = resolve_epsilon(options.epsilon)
 
         def normalize(log_p):
             log_p = ops.squeeze(log_p, axis=pose_axes)
@@ -287,9 +270,10 @@ def iterate(
     `activations` and `assignments` have size 1 on the axes they lack
     (parents, pose), `beta_v` and `beta_a` broadcast along the parents.
     The mean and the logit keep the children axis with size 1, and the
-    logit the pose axes too. `options` has its epsilon resolved.
+    logit the pose axes too.
     """
     iterations, final_lambda, min_variance, epsilon, mode = options
+    epsilon = resolve_epsilon(epsilon)
     pose_size = math.prod([votes.shape[axis] for axis in pose_axes])
     num_in = votes.shape[child_axis]
     mean = None

@@ -210,6 +210,17 @@ class DenseCapsTest(TestCase):
             DenseCaps(**kwargs)
 
     @parameterized.named_parameters(
+        ("use_bias", "use_bias"),
+        ("leaky_routing", "leaky_routing"),
+        ("stop_gradient", "stop_gradient"),
+    )
+    def test_non_boolean_option_raises(self, name):
+        with self.assertRaisesRegex(
+            TypeError, rf"{name} must be a boolean\. Received: {name}=1$"
+        ):
+            DenseCaps(num_capsules=3, capsule_dim=5, **{name: 1})
+
+    @parameterized.named_parameters(
         ("rank_2", (2, 8)),
         ("rank_4", (2, 6, 6, 8)),
         ("undefined_num_in", (None, None, 8)),
