@@ -52,7 +52,7 @@ from benchmarks.common import MATRIX_CAPSNET_CONFIGS
 from benchmarks.common import environment
 from keras_capsules.datasets import mnist
 from keras_capsules.models import _official
-from keras_capsules.ops import _em_core
+from keras_capsules.ops.em import _core as em_core
 
 
 def parse_args(argv=None):
@@ -161,7 +161,7 @@ def routed_overrides(args):
     # Class capsules route densely: every child feeds every class.
     dense.pop("routing_normalization", None)
     if args.lambda_scale is not None:
-        final_lambda = dense.get("final_lambda", _em_core.DEFAULTS.final_lambda)
+        final_lambda = dense.get("final_lambda", em_core.DEFAULTS.final_lambda)
         dense["final_lambda"] = final_lambda * args.lambda_scale
     if args.conv_stddev is not None:
         conv["kernel_initializer"] = _serialized(

@@ -10,11 +10,11 @@ from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules.layers._serialization import serialize_objects
-from keras_capsules.ops import _em_capsules
-from keras_capsules.ops import _em_core
+from keras_capsules.ops.em import _capsules as em_capsules
+from keras_capsules.ops.em import _core as em_core
 from keras_capsules.ops.patches import PLACEMENTS
 
-_DEFAULTS = _em_core.DEFAULTS
+_DEFAULTS = em_core.DEFAULTS
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -150,13 +150,13 @@ class EMClassCaps(keras.layers.Layer):
         # Checked once, here, and kept: `call` hands them to the routing as
         # they are, and the properties below read them. A variant with
         # other options is a new layer (`from_config` with overrides).
-        self._routing_options = _em_core.check_options(
+        self._routing_options = em_core.check_options(
             routing_iterations,
             final_lambda,
             min_variance,
             None,
             routing_mode,
-            names=_em_core.LAYER_NAMES,
+            names=em_core.LAYER_NAMES,
         )
         # Fresh instances per layer: an unseeded initializer draws its seed
         # once, so a shared default object would repeat its values.
@@ -222,7 +222,7 @@ class EMClassCaps(keras.layers.Layer):
     def call(self, inputs):
         poses, activations = inputs
         return list(
-            _em_capsules.class_capsules(
+            em_capsules.class_capsules(
                 poses,
                 activations,
                 self.kernel,

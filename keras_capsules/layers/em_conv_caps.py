@@ -7,11 +7,11 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules.layers._serialization import serialize_objects
-from keras_capsules.ops import _em_capsules
-from keras_capsules.ops import _em_core
-from keras_capsules.ops._geometry import patch_geometry
+from keras_capsules.ops._tiles import tiling_sizes
+from keras_capsules.ops.em import _capsules as em_capsules
+from keras_capsules.ops.em import _core as em_core
 
-_DEFAULTS = _em_core.DEFAULTS
+_DEFAULTS = em_core.DEFAULTS
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -139,7 +139,7 @@ class EMConvCaps(keras.layers.Layer):
         final_lambda=_DEFAULTS.final_lambda,
         min_variance=_DEFAULTS.min_variance,
         routing_mode=_DEFAULTS.mode,
-        routing_normalization=_em_core.DEFAULT_NORMALIZATION,
+        routing_normalization=em_core.DEFAULT_NORMALIZATION,
         kernel_initializer=None,
         beta_v_initializer=None,
         beta_a_initializer=None,
@@ -155,15 +155,15 @@ class EMConvCaps(keras.layers.Layer):
         # Checked once, here, and kept: `call` hands them to the routing as
         # they are, and the properties below read them. A variant with
         # other options is a new layer (`from_config` with overrides).
-        self._routing_options = _em_core.check_options(
+        self._routing_options = em_core.check_options(
             routing_iterations,
             final_lambda,
             min_variance,
             None,
             routing_mode,
-            names=_em_core.LAYER_NAMES,
+            names=em_core.LAYER_NAMES,
         )
-        self.routing_normalization = _em_core.check_normalization(
+        self.routing_normalization = em_core.check_normalization(
             routing_normalization, "routing_normalization"
         )
         # Fresh instances per layer: an unseeded initializer draws its seed
@@ -231,7 +231,7 @@ class EMConvCaps(keras.layers.Layer):
     def call(self, inputs):
         poses, activations = inputs
         return list(
-            _em_capsules.conv_capsules(
+            em_capsules.conv_capsules(
                 poses,
                 activations,
                 self.kernel,
@@ -248,7 +248,7 @@ class EMConvCaps(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         pose_shape, _ = check_matrix_capsules_shape(input_shape, "EMConvCaps")
         batch, height, width, _, pose_size, _ = pose_shape
-        (out_h, out_w), _ = patch_geometry(
+        (out_h, out_w), _ = tiling_sizes(
             (height, width), self.kernel_size, self.strides, self.padding
         )
         return [

@@ -9,7 +9,7 @@ from keras_capsules._validation import check_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules.models.capsnet import CapsNet
 from keras_capsules.models.efficient_capsnet import EfficientCapsNet
-from keras_capsules.ops._geometry import conv_output_size
+from keras_capsules.ops._tiles import conv_output_size
 from keras_capsules.ops.dynamic import dynamic_routing
 from keras_capsules.visualization import _figures
 

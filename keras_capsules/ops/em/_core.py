@@ -1,10 +1,10 @@
 """The EM routing core that both public EM ops and both EM layers run.
 
 One M-step, E-step and activation (`iterate`), the routing of dense votes
-(`route_dense`) and of convolutional windows (`route_conv`, in either vote
-layout of `_layout`), the routing options with their defaults, and their
-checks. Arguments arrive checked; the public front door is `ops/em.py`,
-whose docstrings give the equations.
+(`route_dense`) and of convolutional windows (`route_conv`, in either
+vote layout of `_vote_layouts`), the routing options with their defaults,
+and their checks. Arguments arrive checked; the public front door is
+`ops/em/__init__.py`, whose docstrings give the equations.
 """
 
 import collections
@@ -20,12 +20,12 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules.ops import _tiles
 from keras_capsules.ops._dtypes import compute_dtypes
-from keras_capsules.ops._em_reductions import deviation_energy
-from keras_capsules.ops._em_reductions import spread_children
-from keras_capsules.ops._em_reductions import sum_children
-from keras_capsules.ops._em_reductions import weighted_mean
-from keras_capsules.ops._em_reductions import weighted_variance
 from keras_capsules.ops._softmax import softmax
+from keras_capsules.ops.em._reductions import deviation_energy
+from keras_capsules.ops.em._reductions import spread_children
+from keras_capsules.ops.em._reductions import sum_children
+from keras_capsules.ops.em._reductions import weighted_mean
+from keras_capsules.ops.em._reductions import weighted_variance
 
 MODES = ("official", "paper")
 # How a convolutional child's assignments are normalised in the E-step: over
@@ -159,12 +159,12 @@ def route_conv(
 ):
     """`em_conv_routing` on checked arguments, with votes in `layout`.
 
-    `layout` (`_layout.ChildrenFirst` or `_layout.PositionsFirst`) holds
-    the `Tiling` of the windows and knows the axes of `votes`; the child
-    activations are on the input grid. Returns poses `(batch, out_h,
-    out_w, num_out, pose_size)`, probabilities `(batch, out_h, out_w,
-    num_out)` and, if asked, assignments `(batch, out_h, out_w, children,
-    num_out)`.
+    `layout` (`_vote_layouts.ChildrenFirst` or
+    `_vote_layouts.PositionsFirst`) holds the `Tiling` of the windows and
+    knows the axes of `votes`; the child activations are on the input
+    grid. Returns poses `(batch, out_h, out_w, num_out, pose_size)`,
+    probabilities `(batch, out_h, out_w, num_out)` and, if asked,
+    assignments `(batch, out_h, out_w, children, num_out)`.
     """
     geometry = layout.geometry
     out_h, out_w = geometry.out_size
@@ -287,7 +287,7 @@ def iterate(
 
         # Procedure 1, M-step. Every sum over the children and every
         # parent statistic sent back to them goes through the helpers of
-        # ops/_em_reductions.py: chunked sums with XLA, and gradients of
+        # ops/em/_reductions.py: chunked sums with XLA, and gradients of
         # the three vote-sized steps written out so that the backward pass
         # keeps no vote-sized intermediate.
         weighted = assignments * activations
