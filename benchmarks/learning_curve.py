@@ -10,7 +10,8 @@ CPU model go to `--json`. This is how the EM defaults were screened
 Models (`--model`):
 
 - `matrix_capsnet`: `keras_capsules.models.MatrixCapsNet` on 28x28 images
-  with `compile()`'s defaults and a constant spread margin `--margin`;
+  with the optimizer and metric of its `compile()` defaults (or Adam at
+  `--learning-rate`) and a constant spread margin `--margin`;
 - `functional`: a user's own `Conv2D -> PrimaryMatrixCaps -> EMConvCaps
   -> EMConvCaps -> EMClassCaps` model built with the layer defaults (ReLU
   Conv1, 5x5 stride 2; 3x3 stride 2 and 3x3 stride 1 capsule layers), Adam
@@ -22,7 +23,11 @@ Layer options can be overridden for the routed layers of the two EM models
 (`--routing-normalization`, `--routing-mode`, `--routing-iterations`,
 `--final-lambda`, `--lambda-scale`, `--min-variance`, `--conv-stddev`,
 `--class-stddev`, `--beta`), which is how
-the candidates were compared.
+the candidates were compared. A variant is a new layer built from the
+layer's config with the overrides (`from_config`), never a built layer
+with attributes changed: `MatrixCapsNet` is cloned with its routed layers
+rebuilt that way (`keras.models.clone_model`), the functional model
+constructs its layers with them.
 
 Data: the four MNIST `.gz` files in `--mnist-dir` (read with
 `keras_capsules.datasets.mnist.read_idx`), or `--mnist-dir sample` for the
@@ -46,7 +51,8 @@ import keras_capsules
 from benchmarks.common import MATRIX_CAPSNET_CONFIGS
 from benchmarks.common import environment
 from keras_capsules.datasets import mnist
-from keras_capsules.ops import _em_core
+from keras_capsules.models import _official
+from keras_capsules.ops.em import _core as em_core
 
 
 def parse_args(argv=None):
@@ -130,7 +136,12 @@ def load_data(args):
 
 
 def routed_overrides(args):
-    """Layer keyword arguments for EMConvCaps and EMClassCaps."""
+    """Layer keyword arguments for EMConvCaps and EMClassCaps.
+
+    Initializers are given serialized, so that every layer built with them
+    gets its own instance (an unseeded initializer instance repeats its
+    draws).
+    """
     common = {}
     if args.routing_normalization is not None:
         common["routing_normalization"] = args.routing_normalization
@@ -143,23 +154,56 @@ def routed_overrides(args):
     if args.min_variance is not None:
         common["min_variance"] = args.min_variance
     if args.beta is not None:
-        common["beta_v_initializer"] = keras.initializers.Constant(args.beta)
-        common["beta_a_initializer"] = keras.initializers.Constant(args.beta)
+        beta = _serialized(keras.initializers.Constant(args.beta))
+        common["beta_v_initializer"] = beta
+        common["beta_a_initializer"] = beta
     conv, dense = dict(common), dict(common)
     # Class capsules route densely: every child feeds every class.
     dense.pop("routing_normalization", None)
     if args.lambda_scale is not None:
-        final_lambda = dense.get("final_lambda", _em_core.DEFAULTS.final_lambda)
+        final_lambda = dense.get("final_lambda", em_core.DEFAULTS.final_lambda)
         dense["final_lambda"] = final_lambda * args.lambda_scale
     if args.conv_stddev is not None:
-        conv["kernel_initializer"] = keras.initializers.TruncatedNormal(
-            stddev=args.conv_stddev
+        conv["kernel_initializer"] = _serialized(
+            keras.initializers.TruncatedNormal(stddev=args.conv_stddev)
         )
     if args.class_stddev is not None:
-        dense["kernel_initializer"] = keras.initializers.TruncatedNormal(
-            stddev=args.class_stddev
+        dense["kernel_initializer"] = _serialized(
+            keras.initializers.TruncatedNormal(stddev=args.class_stddev)
         )
     return conv, dense
+
+
+def _serialized(initializer):
+    return keras.initializers.serialize(initializer)
+
+
+def with_overrides(model, overrides):
+    """A copy of the functional `model` whose layers named in `overrides`
+    are rebuilt from their config updated with `overrides[name]`.
+
+    Every layer of the copy is new, with new weights; the copy is a plain
+    `keras.Model`.
+    """
+
+    def rebuild(layer):
+        config = {**layer.get_config(), **overrides.get(layer.name, {})}
+        return type(layer).from_config(config)
+
+    return keras.models.clone_model(model, clone_function=rebuild)
+
+
+def official_optimizer():
+    """Adam with the official decayed learning rate, as
+    `MatrixCapsNet.compile()` builds it by default."""
+    return keras.optimizers.Adam(
+        learning_rate=keras.optimizers.schedules.ExponentialDecay(
+            _official.LEARNING_RATE,
+            decay_steps=_official.DECAY_STEPS,
+            decay_rate=_official.DECAY_RATE,
+        ),
+        epsilon=_official.ADAM_EPSILON,
+    )
 
 
 def build_model(args):
@@ -178,15 +222,22 @@ def build_model(args):
         model = keras_capsules.models.MatrixCapsNet(
             input_shape=(28, 28, 1), num_classes=10, **config
         )
-        for layer in (model.conv_caps1, model.conv_caps2):
-            _override(layer, conv_kwargs)
-        _override(model.class_caps, class_kwargs)
-        optimizer = "auto"
+        if conv_kwargs or class_kwargs:
+            model = with_overrides(
+                model,
+                {
+                    model.conv_caps1.name: conv_kwargs,
+                    model.conv_caps2.name: conv_kwargs,
+                    model.class_caps.name: class_kwargs,
+                },
+            )
+        optimizer = official_optimizer()
         if args.learning_rate is not None:
             optimizer = keras.optimizers.Adam(args.learning_rate)
         model.compile(
             optimizer=optimizer,
             loss=keras_capsules.losses.SpreadLoss(margin=args.margin),
+            metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
             jit_compile=keras.backend.backend() != "torch",
         )
         return model
@@ -212,20 +263,6 @@ def build_model(args):
         jit_compile=keras.backend.backend() != "torch",
     )
     return model
-
-
-def _override(layer, kwargs):
-    """Applies constructor overrides to a built layer of MatrixCapsNet.
-
-    Options are read in `call`; initializers are re-applied to the
-    weights.
-    """
-    for name, value in kwargs.items():
-        if name.endswith("_initializer"):
-            weight = getattr(layer, name[: -len("_initializer")])
-            weight.assign(value(weight.shape, weight.dtype))
-        else:
-            setattr(layer, name, value)
 
 
 def run_seed(args, seed, data):

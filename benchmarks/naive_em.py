@@ -54,7 +54,7 @@ import keras_capsules
 # The official training setting, taken from where `MatrixCapsNet.compile()`
 # reads it; the margin of the spread loss stays at its starting value.
 from keras_capsules.models import _official
-from keras_capsules.ops import _em_core
+from keras_capsules.ops.em import _core as em_core
 
 _SPREAD_MARGIN = 0.2
 
@@ -101,7 +101,7 @@ def _window_em_routing(
     for iteration in range(iterations):
         if mode == "official":
             # The official schedule and mean momentum.
-            decay = _em_core.OFFICIAL_LAMBDA_DECAY
+            decay = em_core.OFFICIAL_LAMBDA_DECAY
             lam = final_lambda * (1.0 - decay ** (iteration + 1))
         else:
             lam = final_lambda * (iteration + 1) / iterations
@@ -112,11 +112,11 @@ def _window_em_routing(
         if mode == "paper":
             mean = new_mean
         elif mean is None:
-            mean = (1.0 - _em_core.OFFICIAL_MEAN_MOMENTUM) * new_mean
+            mean = (1.0 - em_core.OFFICIAL_MEAN_MOMENTUM) * new_mean
         else:
             mean = (
-                1.0 - _em_core.OFFICIAL_MEAN_MOMENTUM
-            ) * new_mean + _em_core.OFFICIAL_MEAN_MOMENTUM * mean
+                1.0 - em_core.OFFICIAL_MEAN_MOMENTUM
+            ) * new_mean + em_core.OFFICIAL_MEAN_MOMENTUM * mean
         variance = min_variance + ops.sum(
             weights * ops.square(votes - mean), axis=-3, keepdims=True
         )
@@ -124,7 +124,7 @@ def _window_em_routing(
         if mode == "official":
             logit = lam * (
                 mass * (-sum_log_variance - beta_v * pose_size * (log_2pi + 1))
-                - _em_core.OFFICIAL_BETA_A_SCALE * beta_a
+                - em_core.OFFICIAL_BETA_A_SCALE * beta_a
             )
         else:
             cost = mass * (pose_size * beta_v + 0.5 * sum_log_variance)
@@ -234,7 +234,11 @@ class NaiveEMConvCaps(keras_capsules.layers.EMConvCaps):
             child_activations,
             self.beta_v,
             self.beta_a,
-            **_em_core.resolve_epsilon(_em_core.layer_options(self))._asdict(),
+            iterations=self.routing_iterations,
+            final_lambda=self.final_lambda,
+            min_variance=self.min_variance,
+            epsilon=keras.config.epsilon(),
+            mode=self.routing_mode,
         )
         out_poses = ops.reshape(
             out_poses, (-1, out_h, out_w, num_out, pose_size, pose_size)

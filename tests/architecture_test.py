@@ -6,6 +6,8 @@
   the tests. What several modules share lives in a private module (a file
   named `_*.py`) under a plain name, and importing that module is allowed.
 - Only `keras_capsules/ops/_backend.py` asks which backend runs.
+- No module of `keras_capsules/ops/` (the EM engine in `ops/em/`
+  included) or `keras_capsules/layers/` is longer than 450 lines.
 """
 
 import ast
@@ -15,6 +17,7 @@ from keras_capsules.testing import TestCase
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 _FOLDERS = ("keras_capsules", "benchmarks", "examples", "scripts", "tests")
+_MAX_LINES = 450
 
 
 def _is_private(name):
@@ -121,6 +124,15 @@ class ArchitectureTest(TestCase):
                 "keras_capsules.ops.patches._check_static",
             ],
         )
+
+    def test_ops_and_layers_modules_stay_short(self):
+        found = []
+        for folder in ("keras_capsules/ops", "keras_capsules/layers"):
+            for path in sorted((_ROOT / folder).rglob("*.py")):
+                lines = len(path.read_text().splitlines())
+                if lines > _MAX_LINES:
+                    found.append(f"{path.relative_to(_ROOT)}: {lines} lines")
+        self.assertEqual(found, [])
 
     def test_only_the_backend_module_asks_for_the_backend(self):
         found = [

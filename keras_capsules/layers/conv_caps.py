@@ -3,11 +3,12 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules.layers._serialization import serialize_objects
-from keras_capsules.ops._geometry import conv_output_size
+from keras_capsules.ops._tiles import conv_output_size
 from keras_capsules.ops.dynamic import dynamic_routing
 
 
@@ -63,19 +64,32 @@ class ConvCaps(keras.layers.Layer):
             `None`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
+    Call arguments:
+        inputs: Tensor of shape `(batch, height, width, caps_in, dim_in)`.
+        return_coupling: Boolean, whether to also return the coupling
+            coefficients `c_ij` of the last routing iteration at every
+            output position (Procedure 1), as
+            `keras_capsules.ops.dynamic_routing` gives them. They do not
+            change the outputs. Defaults to `False`.
+
     Input shape:
         5D tensor `(batch, height, width, caps_in, dim_in)` with `caps_in`
         and `dim_in` defined.
 
     Output shape:
         5D tensor `(batch, out_height, out_width, num_capsules,
-        capsule_dim)`.
+        capsule_dim)`. With `return_coupling=True`, a tuple `(outputs,
+        coupling)` where `coupling` has shape `(batch, out_height,
+        out_width, caps_in, num_capsules)` and sums to 1 over
+        `num_capsules` (to less than 1 with leaky routing).
 
     Raises:
         ValueError: If a size argument or `routing_iterations` is not a
             positive integer, if `padding` is unknown, if the input is not
             of rank 5 with defined `caps_in` and `dim_in`, or if
             `kernel_size` leaves no output positions on the input.
+        TypeError: If `use_bias`, `leaky_routing` or `stop_gradient` is
+            not a boolean.
 
     Example:
 
@@ -121,9 +135,9 @@ class ConvCaps(keras.layers.Layer):
         self.routing_iterations = check_positive_int(
             routing_iterations, "routing_iterations"
         )
-        self.use_bias = use_bias
-        self.leaky_routing = leaky_routing
-        self.stop_gradient = stop_gradient
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self.leaky_routing = check_bool(leaky_routing, "leaky_routing")
+        self.stop_gradient = check_bool(stop_gradient, "stop_gradient")
         if kernel_initializer is None:
             # A fresh instance per layer: an unseeded initializer draws a
             # fixed seed once, so a shared default would repeat its values.
@@ -162,7 +176,7 @@ class ConvCaps(keras.layers.Layer):
             ndim=5, axes={-2: caps_in, -1: dim_in}
         )
 
-    def call(self, inputs):
+    def call(self, inputs, return_coupling=False):
         caps_in, dim_in = inputs.shape[-2:]
         height, width = _spatial_dims(inputs)
         # Folding the input capsule types into the batch lets one shared
@@ -195,6 +209,7 @@ class ConvCaps(keras.layers.Layer):
             bias=self.bias,
             leaky=self.leaky_routing,
             stop_gradient=self.stop_gradient,
+            return_coupling=return_coupling,
         )
 
     def compute_output_shape(self, input_shape):
@@ -218,6 +233,17 @@ class ConvCaps(keras.layers.Layer):
             out_width,
             self.num_capsules,
             self.capsule_dim,
+        )
+
+    def compute_output_spec(self, inputs, return_coupling=False):
+        output_shape = self.compute_output_shape(inputs.shape)
+        outputs = keras.KerasTensor(output_shape, dtype=self.compute_dtype)
+        if not return_coupling:
+            return outputs
+        caps_in = inputs.shape[3]
+        coupling_shape = output_shape[:3] + (caps_in, self.num_capsules)
+        return outputs, keras.KerasTensor(
+            coupling_shape, dtype=self.compute_dtype
         )
 
     def get_config(self):

@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_positive_int
-from keras_capsules.layers._fully_connected import check_built
 from keras_capsules.layers._fully_connected import check_capsule_list
 from keras_capsules.layers._serialization import serialize_objects
 from keras_capsules.ops.dynamic import dynamic_routing
@@ -60,17 +60,29 @@ class DenseCaps(keras.layers.Layer):
             `None`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
+    Call arguments:
+        inputs: Tensor of shape `(batch, num_in, dim_in)`.
+        return_coupling: Boolean, whether to also return the coupling
+            coefficients `c_ij` of the last routing iteration (Procedure
+            1), as `keras_capsules.ops.dynamic_routing` gives them. They
+            do not change the outputs. Defaults to `False`.
+
     Input shape:
         3D tensor `(batch, num_in, dim_in)` with `num_in` and `dim_in`
         defined.
 
     Output shape:
-        3D tensor `(batch, num_capsules, capsule_dim)`.
+        3D tensor `(batch, num_capsules, capsule_dim)`. With
+        `return_coupling=True`, a tuple `(outputs, coupling)` where
+        `coupling` has shape `(batch, num_in, num_capsules)` and sums to
+        1 over `num_capsules` (to less than 1 with leaky routing).
 
     Raises:
         ValueError: If a size argument or `routing_iterations` is not a
             positive integer, or if the input is not of rank 3 with defined
             `num_in` and `dim_in`.
+        TypeError: If `use_bias`, `leaky_routing` or `stop_gradient` is
+            not a boolean.
 
     Example:
 
@@ -82,6 +94,11 @@ class DenseCaps(keras.layers.Layer):
     >>> digits = layer(np.random.rand(2, 1152, 8).astype("float32"))
     >>> tuple(digits.shape)
     (2, 10, 16)
+    >>> digits, coupling = layer(
+    ...     np.random.rand(2, 1152, 8).astype("float32"), return_coupling=True
+    ... )
+    >>> tuple(coupling.shape)
+    (2, 1152, 10)
 
     Reference:
     - [Official TensorFlow code](https://github.com/Sarasra/models/tree/
@@ -110,9 +127,9 @@ class DenseCaps(keras.layers.Layer):
         self.routing_iterations = check_positive_int(
             routing_iterations, "routing_iterations"
         )
-        self.use_bias = use_bias
-        self.leaky_routing = leaky_routing
-        self.stop_gradient = stop_gradient
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self.leaky_routing = check_bool(leaky_routing, "leaky_routing")
+        self.stop_gradient = check_bool(stop_gradient, "stop_gradient")
         if kernel_initializer is None:
             # A fresh instance per layer: an unseeded initializer draws a
             # fixed seed once, so a shared default would repeat its values.
@@ -148,41 +165,30 @@ class DenseCaps(keras.layers.Layer):
             self.bias = None
         self.input_spec = keras.InputSpec(ndim=3, axes={-2: num_in, -1: dim_in})
 
-    def call(self, inputs):
+    def call(self, inputs, return_coupling=False):
+        votes = ops.einsum("bid,idjk->bijk", inputs, self.kernel)
         return dynamic_routing(
-            self.votes(inputs),
+            votes,
             iterations=self.routing_iterations,
             bias=self.bias,
             leaky=self.leaky_routing,
             stop_gradient=self.stop_gradient,
+            return_coupling=return_coupling,
         )
-
-    def votes(self, inputs):
-        """Returns the votes that `call` routes, `u_hat[i, j] = W[i, j] u_i`.
-
-        Eq. 2's prediction vectors of every input capsule for every output
-        capsule. Routing them with the layer's own options reproduces the
-        layer's output, and `return_coupling=True` also gives the coupling
-        coefficients:
-        `keras_capsules.ops.dynamic_routing(layer.votes(inputs),
-        iterations=layer.routing_iterations, bias=layer.bias,
-        leaky=layer.leaky_routing, return_coupling=True)`.
-
-        Args:
-            inputs: Tensor of shape `(batch, num_in, dim_in)`, as in `call`.
-
-        Returns:
-            A tensor of shape `(batch, num_in, num_capsules, capsule_dim)`.
-
-        Raises:
-            ValueError: If the layer is not built yet.
-        """
-        check_built(self)
-        return ops.einsum("bid,idjk->bijk", inputs, self.kernel)
 
     def compute_output_shape(self, input_shape):
         input_shape = check_capsule_list(input_shape, type(self).__name__)
         return (input_shape[0], self.num_capsules, self.capsule_dim)
+
+    def compute_output_spec(self, inputs, return_coupling=False):
+        output_shape = self.compute_output_shape(inputs.shape)
+        outputs = keras.KerasTensor(output_shape, dtype=self.compute_dtype)
+        if not return_coupling:
+            return outputs
+        coupling_shape = tuple(inputs.shape[:2]) + (self.num_capsules,)
+        return outputs, keras.KerasTensor(
+            coupling_shape, dtype=self.compute_dtype
+        )
 
     def get_config(self):
         config = super().get_config()

@@ -7,11 +7,11 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules.layers._serialization import serialize_objects
-from keras_capsules.ops import _em_capsules
-from keras_capsules.ops import _em_core
-from keras_capsules.ops._geometry import patch_geometry
+from keras_capsules.ops._tiles import tiling_sizes
+from keras_capsules.ops.em import _capsules as em_capsules
+from keras_capsules.ops.em import _core as em_core
 
-_DEFAULTS = _em_core.DEFAULTS
+_DEFAULTS = em_core.DEFAULTS
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -139,7 +139,7 @@ class EMConvCaps(keras.layers.Layer):
         final_lambda=_DEFAULTS.final_lambda,
         min_variance=_DEFAULTS.min_variance,
         routing_mode=_DEFAULTS.mode,
-        routing_normalization=_em_core.DEFAULT_NORMALIZATION,
+        routing_normalization=em_core.DEFAULT_NORMALIZATION,
         kernel_initializer=None,
         beta_v_initializer=None,
         beta_a_initializer=None,
@@ -152,20 +152,18 @@ class EMConvCaps(keras.layers.Layer):
         self.kernel_size = normalize_pair(kernel_size, "kernel_size")
         self.strides = normalize_pair(strides, "strides")
         self.padding = normalize_padding(padding)
-        # Checked once, here; `call` hands them to the routing as they are.
-        options = _em_core.check_options(
+        # Checked once, here, and kept: `call` hands them to the routing as
+        # they are, and the properties below read them. A variant with
+        # other options is a new layer (`from_config` with overrides).
+        self._routing_options = em_core.check_options(
             routing_iterations,
             final_lambda,
             min_variance,
             None,
             routing_mode,
-            names=_em_core.LAYER_NAMES,
+            names=em_core.LAYER_NAMES,
         )
-        self.routing_iterations = options.iterations
-        self.final_lambda = options.final_lambda
-        self.min_variance = options.min_variance
-        self.routing_mode = options.mode
-        self.routing_normalization = _em_core.check_normalization(
+        self.routing_normalization = em_core.check_normalization(
             routing_normalization, "routing_normalization"
         )
         # Fresh instances per layer: an unseeded initializer draws its seed
@@ -181,6 +179,27 @@ class EMConvCaps(keras.layers.Layer):
         self.beta_a_initializer = keras.initializers.get(beta_a_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
+
+    @property
+    def routing_iterations(self):
+        """The number of EM iterations (read-only)."""
+        return self._routing_options.iterations
+
+    @property
+    def final_lambda(self):
+        """The final inverse temperature of the routing (read-only)."""
+        return self._routing_options.final_lambda
+
+    @property
+    def min_variance(self):
+        """The floor added to every variance (read-only)."""
+        return self._routing_options.min_variance
+
+    @property
+    def routing_mode(self):
+        """`"official"` or `"paper"`, the forms of the M-step
+        (read-only)."""
+        return self._routing_options.mode
 
     def build(self, input_shape):
         self.compute_output_shape(input_shape)
@@ -212,7 +231,7 @@ class EMConvCaps(keras.layers.Layer):
     def call(self, inputs):
         poses, activations = inputs
         return list(
-            _em_capsules.conv_capsules(
+            em_capsules.conv_capsules(
                 poses,
                 activations,
                 self.kernel,
@@ -222,14 +241,14 @@ class EMConvCaps(keras.layers.Layer):
                 self.strides,
                 self.padding,
                 self.routing_normalization,
-                _em_core.layer_options(self),
+                self._routing_options,
             )
         )
 
     def compute_output_shape(self, input_shape):
         pose_shape, _ = check_matrix_capsules_shape(input_shape, "EMConvCaps")
         batch, height, width, _, pose_size, _ = pose_shape
-        (out_h, out_w), _ = patch_geometry(
+        (out_h, out_w), _ = tiling_sizes(
             (height, width), self.kernel_size, self.strides, self.padding
         )
         return [

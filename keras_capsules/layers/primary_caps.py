@@ -8,7 +8,7 @@ from keras_capsules._validation import normalize_pair
 from keras_capsules.layers._feature_maps import check_feature_map
 from keras_capsules.layers._feature_maps import to_capsules
 from keras_capsules.layers._serialization import serialize_objects
-from keras_capsules.ops._geometry import conv_output_size
+from keras_capsules.ops._tiles import conv_output_size
 from keras_capsules.ops.conv import conv2d
 
 

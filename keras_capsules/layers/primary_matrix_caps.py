@@ -7,7 +7,7 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules.layers._serialization import serialize_objects
-from keras_capsules.ops._geometry import conv_output_size
+from keras_capsules.ops._tiles import conv_output_size
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

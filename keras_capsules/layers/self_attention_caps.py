@@ -4,6 +4,7 @@ self-attention routing."""
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._fully_connected import check_built
@@ -73,6 +74,7 @@ class SelfAttentionCaps(keras.layers.Layer):
         ValueError: If a size argument is not a positive integer, if
             `squash_form` is unknown, or if the input is not of rank 3
             with defined `num_in` and `dim_in`.
+        TypeError: If `use_prior` is not a boolean.
 
     Example:
 
@@ -107,7 +109,7 @@ class SelfAttentionCaps(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_capsules = check_positive_int(num_capsules, "num_capsules")
         self.capsule_dim = check_positive_int(capsule_dim, "capsule_dim")
-        self.use_prior = use_prior
+        self.use_prior = check_bool(use_prior, "use_prior")
         self.squash_form = check_option(squash_form, "squash_form", FORMS)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.prior_initializer = keras.initializers.get(prior_initializer)

@@ -4,17 +4,17 @@ Layers and the other ops never ask which backend runs them; where the
 fastest formulation differs, they ask a function here:
 
 - TensorFlow and JAX compile through XLA. There `EMConvCaps` routes its
-  votes children first (`_layout.ChildrenFirst`), the layout its batched
-  matmul writes, so XLA transposes neither the votes for the routing nor
-  their gradient for the matmul's backward pass; every sum over the
-  children is chunked (`_em_reductions`); strided convolutions are
+  votes children first (`em/_vote_layouts.ChildrenFirst`), the layout its
+  batched matmul writes, so XLA transposes neither the votes for the
+  routing nor their gradient for the matmul's backward pass; every sum
+  over the children is chunked (`em/_reductions`); strided convolutions are
   rewritten stride-free (`conv.conv2d`); and the models' `compile()`
   turns XLA on, which Keras' `jit_compile="auto"` leaves off for
   TensorFlow on a CPU-only machine.
 - PyTorch runs eagerly (or under `torch.compile`), where its own `sum` and
   strided convolution gradients are the fast paths: votes positions first
-  with each pose in one piece (`_layout.PositionsFirst`), plain sums,
-  plain `keras.ops.conv`, and padding by concatenation (`_padding`).
+  with each pose in one piece (`em/_vote_layouts.PositionsFirst`), plain
+  sums, plain `keras.ops.conv`, and padding by concatenation (`_tiles.pad`).
 
 Symbolic tensors (functional model construction) only need shapes: they
 take plain sums and `keras.ops.pad`.
@@ -51,7 +51,7 @@ def resolve_jit_compile(model, jit_compile, run_eagerly=False):
 
 def routes_children_first():
     """Whether `EMConvCaps` writes and routes its votes children first
-    (`_layout.vote_layout` builds the layout object)."""
+    (`em/_vote_layouts.vote_layout` builds the layout object)."""
     return compiles_with_xla()
 
 

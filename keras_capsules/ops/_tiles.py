@@ -1,13 +1,19 @@
-"""Kernel tiles of a capsule grid and their transposes, on checked arguments.
+"""Kernel tiles of a capsule grid: their sizes, padding, extraction and folds.
 
-The machinery behind `patches.extract_capsule_patches` and
-`patches.fold_capsule_patches`, shared with EM routing, which calls it
-with a `Tiling` (`_geometry.tiling`) computed once per call. Folds and
-strided tilings take and give tiles in either of two orders, objects that
-know their axes: `OFFSETS_LAST`, `(batch, out_h, out_w, kernel_h,
-kernel_w, channels)` as `extract_capsule_patches` gives them, and
-`OFFSETS_FIRST`, `(kernel_h, kernel_w, batch, out_h, out_w, channels)`,
-in which the children-first EM layout needs no transpose.
+Everything private about the `kernel_size` windows ("tiles") of a grid,
+on checked arguments: the output size and "same" padding of a
+convolution or tiling (TensorFlow's conventions), computed from static
+shapes in Python once per layer or op call as a `Tiling`; the constant
+padding that `torch.compile` can trace; and the machinery behind
+`patches.extract_capsule_patches` and `patches.fold_capsule_patches`,
+shared with EM routing. Convolutions, the patch ops and EM routing all
+pad and count positions through here, so they agree.
+
+Folds and strided tilings take and give tiles in either of two orders,
+objects that know their axes: `OFFSETS_LAST`, `(batch, out_h, out_w,
+kernel_h, kernel_w, channels)` as `extract_capsule_patches` gives them,
+and `OFFSETS_FIRST`, `(kernel_h, kernel_w, batch, out_h, out_w,
+channels)`, in which the children-first EM layout needs no transpose.
 
 Constants are built from Keras ops, not NumPy: under `torch.compile`
 (`jit_compile=True` on PyTorch) NumPy arrays turned into tensors break the
@@ -15,13 +21,119 @@ graph, and a break inside the routing loop sends the whole loop back to
 eager execution. XLA folds these small computations into constants.
 """
 
+import collections
 import math
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules.ops._padding import pad
+from keras_capsules.ops._backend import pads_by_concatenation
+
+# Everything about tiling a grid into kernel windows, computed once by
+# `tiling` and handed down, so that no helper re-derives the output size
+# or the padding from the arguments again.
+Tiling = collections.namedtuple(
+    "Tiling",
+    ["grid_size", "kernel_size", "strides", "padding", "out_size", "pads"],
+)
+
+
+def conv_output_length(size, kernel, stride, padding):
+    """Output length of a convolution along one axis (0 if none).
+
+    `"same"` follows the TensorFlow convention, `ceil(size / stride)`; an
+    unknown size stays `None`.
+    """
+    if size is None:
+        return None
+    if padding == "same":
+        return -(-size // stride)
+    return max(size - kernel, -1) // stride + 1
+
+
+def conv_output_size(spatial_shape, kernel_size, strides, padding, owner=None):
+    """Output `(height, width)` of a convolution or tiling.
+
+    Raises if the kernel leaves no output positions; a layer passes its
+    class name as `owner` for the message.
+    """
+    sizes = tuple(
+        conv_output_length(size, kernel, stride, padding)
+        for size, kernel, stride in zip(spatial_shape, kernel_size, strides)
+    )
+    if 0 in sizes:
+        if owner is None:
+            where = (
+                f"A kernel_size of {tuple(kernel_size)} leaves no output "
+                f"positions on a grid of size {tuple(spatial_shape)}"
+            )
+        else:
+            where = (
+                f"The kernel_size of {owner} leaves no output positions on "
+                f"an input of height and width {tuple(spatial_shape)}"
+            )
+        raise ValueError(
+            f'{where} with padding="valid". Use a smaller kernel_size or '
+            f'padding="same". Received: kernel_size={tuple(kernel_size)}'
+        )
+    return sizes
+
+
+def tiling_sizes(grid_size, kernel_size, strides, padding):
+    """Output size and `(top, bottom, left, right)` padding of a tiling.
+
+    `"same"` pads as TensorFlow does: the odd row or column at the end.
+    """
+    out = conv_output_size(grid_size, kernel_size, strides, padding)
+    pads = []
+    for size, count, kernel, stride in zip(
+        grid_size, out, kernel_size, strides
+    ):
+        total = 0
+        if padding == "same":
+            total = max((count - 1) * stride + kernel - size, 0)
+        pads += [total // 2, total - total // 2]
+    return out, tuple(pads)
+
+
+def tiling(grid_size, kernel_size, strides, padding):
+    """The `Tiling` of checked arguments (pairs of ints, "valid"/"same")."""
+    out_size, pads = tiling_sizes(grid_size, kernel_size, strides, padding)
+    return Tiling(
+        tuple(grid_size),
+        tuple(kernel_size),
+        tuple(strides),
+        padding,
+        tuple(out_size),
+        pads,
+    )
+
+
+def pad(x, pad_width, constant_values=0.0):
+    """`keras.ops.pad(x, pad_width, constant_values=constant_values)`,
+    written as a concatenation where `_backend.pads_by_concatenation`
+    says so (PyTorch, whose shapes are always concrete)."""
+    if not pads_by_concatenation(x):
+        return ops.pad(x, pad_width, constant_values=constant_values)
+    for axis, (before, after) in enumerate(pad_width):
+        if before or after:
+            x = ops.concatenate(
+                _filler(x, axis, before, constant_values)
+                + [x]
+                + _filler(x, axis, after, constant_values),
+                axis=axis,
+            )
+    return x
+
+
+def _filler(x, axis, width, value):
+    """`[block]` of `width` entries of `value` along `axis`; `[]` if 0."""
+    if not width:
+        return []
+    shape = list(x.shape)
+    shape[axis] = width
+    return [ops.full(shape, value, x.dtype)]
 
 
 class OffsetsLast:

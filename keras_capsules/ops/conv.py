@@ -5,8 +5,8 @@ from keras import ops
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules.ops._backend import rewrites_strided_conv
-from keras_capsules.ops._geometry import patch_geometry
-from keras_capsules.ops._padding import pad
+from keras_capsules.ops._tiles import pad
+from keras_capsules.ops._tiles import tiling_sizes
 
 
 def conv2d(inputs, kernel, strides=1, padding="valid"):
@@ -50,7 +50,7 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
         return ops.conv(inputs, kernel, strides=strides, padding=padding)
     height, width = inputs.shape[1], inputs.shape[2]
     kernel_size = tuple(kernel.shape[:2])
-    (out_h, out_w), (top, bottom, left, right) = patch_geometry(
+    (out_h, out_w), (top, bottom, left, right) = tiling_sizes(
         (height, width), kernel_size, strides, padding
     )
     if padding == "same":

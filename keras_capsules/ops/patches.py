@@ -20,7 +20,7 @@ from keras_capsules._validation import check_positive_number
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
 from keras_capsules.ops import _tiles
-from keras_capsules.ops._geometry import tiling
+from keras_capsules.ops._tiles import tiling
 
 PLACEMENTS = ("official", "paper")
 _REDUCTIONS = ("sum", "max")

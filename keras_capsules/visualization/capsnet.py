@@ -2,6 +2,7 @@
 
 import math
 
+import keras
 import numpy as np
 from keras import ops
 
@@ -9,8 +10,7 @@ from keras_capsules._validation import check_int
 from keras_capsules._validation import check_positive_number
 from keras_capsules.models.capsnet import CapsNet
 from keras_capsules.models.efficient_capsnet import EfficientCapsNet
-from keras_capsules.ops._geometry import conv_output_size
-from keras_capsules.ops.dynamic import dynamic_routing
+from keras_capsules.ops._tiles import conv_output_size
 from keras_capsules.visualization import _figures
 
 # Panels per row of the coupling figure: the input and five classes.
@@ -149,11 +149,9 @@ def coupling_coefficients(model, image, class_names=None, vmax=None):
     bright there; uniform coupling is `1 / num_classes` everywhere
     (`1 / (num_classes + 1)` with leaky routing).
 
-    The routing is rerun from the model's own layers: `conv1`, then
-    `primary_caps`, then `digit_caps.votes` routed by
-    `keras_capsules.ops.dynamic_routing` with the layer's iterations, bias
-    and leaky setting and `return_coupling=True`, which reproduces the
-    model's class capsules.
+    The coefficients are those the model's `digit_caps` layer returns with
+    `return_coupling=True`, on the primary capsules of the model's own
+    graph, along with the model's class capsules.
 
     Paper: [Dynamic Routing Between Capsules](
     https://arxiv.org/abs/1710.09829) (Sabour, Frosst & Hinton, 2017).
@@ -209,19 +207,13 @@ def coupling_coefficients(model, image, class_names=None, vmax=None):
 
     primary_caps = model.primary_caps
     digit_caps = model.digit_caps
-    features = model.conv1(image[None])
-    primary = primary_caps(features)
-    capsules, coupling = dynamic_routing(
-        digit_caps.votes(primary),
-        iterations=digit_caps.routing_iterations,
-        bias=digit_caps.bias,
-        leaky=digit_caps.leaky_routing,
-        return_coupling=True,
-    )
+    # The model's graph up to the primary capsules, sharing its layers.
+    primary = keras.Model(model.inputs, digit_caps.input)(image[None])
+    capsules, coupling = digit_caps(primary, return_coupling=True)
     lengths = np.linalg.norm(ops.convert_to_numpy(capsules)[0], axis=-1)
     # PrimaryCaps orders its capsules by row, then column, then type.
     height, width = conv_output_size(
-        tuple(features.shape[1:3]),
+        tuple(primary_caps.input.shape[1:3]),
         primary_caps.kernel_size,
         primary_caps.strides,
         primary_caps.padding,

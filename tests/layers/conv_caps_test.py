@@ -18,6 +18,7 @@ def _numpy_conv_caps(
     Every input capsule type is convolved on its own with the shared
     kernel, giving votes per (position, input type, output capsule); then
     Procedure 1 routes over the input types at each output position.
+    Returns the outputs and the last coupling coefficients.
     """
     caps_in = x.shape[3]
     per_type = [
@@ -26,7 +27,7 @@ def _numpy_conv_caps(
     ]
     votes = np.stack(per_type, axis=3)
     votes = votes.reshape(votes.shape[:4] + (num_capsules, -1))
-    return references.dynamic_routing(votes, iterations, bias, leaky)[0]
+    return references.dynamic_routing(votes, iterations, bias, leaky)
 
 
 def _inputs(shape, seed=0):
@@ -88,7 +89,7 @@ class ConvCapsTest(TestCase):
             bias_initializer="random_normal",
         )
         outputs = layer(x)
-        expected = _numpy_conv_caps(
+        expected, _ = _numpy_conv_caps(
             x,
             ops.convert_to_numpy(layer.kernel).astype("float64"),
             ops.convert_to_numpy(layer.bias),
@@ -100,6 +101,57 @@ class ConvCapsTest(TestCase):
         )
         self.assertEqual(tuple(outputs.shape), expected.shape)
         self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
+
+    @parameterized.named_parameters(
+        ("valid", "valid", (1, 1), False),
+        ("same_strided_leaky", "same", (2, 2), True),
+    )
+    def test_return_coupling(self, padding, strides, leaky):
+        x = _inputs((2, 4, 5, 3, 2)) * 2.0
+        layer = ConvCaps(
+            num_capsules=2,
+            capsule_dim=3,
+            kernel_size=(2, 3),
+            strides=strides,
+            padding=padding,
+            routing_iterations=2,
+            leaky_routing=leaky,
+            kernel_initializer="random_normal",
+            bias_initializer="random_normal",
+        )
+        outputs = layer(x)
+        routed, coupling = layer(x, return_coupling=True)
+        # Asking for the coupling does not change the outputs.
+        self.assertAllClose(routed, outputs, atol=0, rtol=0)
+        _, expected = _numpy_conv_caps(
+            x,
+            ops.convert_to_numpy(layer.kernel).astype("float64"),
+            ops.convert_to_numpy(layer.bias),
+            num_capsules=2,
+            strides=strides,
+            padding=padding,
+            iterations=2,
+            leaky=leaky,
+        )
+        self.assertEqual(
+            tuple(coupling.shape), tuple(outputs.shape[:3]) + (3, 2)
+        )
+        self.assertAllClose(coupling, expected, atol=1e-5, rtol=1e-5)
+        totals = ops.convert_to_numpy(coupling).sum(axis=-1)
+        if leaky:
+            self.assertTrue(np.all(totals < 1.0))
+        else:
+            self.assertAllClose(totals, np.ones(totals.shape), atol=1e-6)
+        symbolic = layer.compute_output_spec(
+            keras.KerasTensor((None, 4, 5, 3, 2)), return_coupling=True
+        )
+        self.assertEqual(
+            [tuple(t.shape) for t in symbolic],
+            [
+                (None,) + tuple(outputs.shape[1:]),
+                (None,) + tuple(coupling.shape[1:]),
+            ],
+        )
 
     def test_kernel_is_shared_across_input_types(self):
         # Swapping two input capsule types permutes the votes but not their

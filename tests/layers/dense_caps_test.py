@@ -6,7 +6,6 @@ from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.layers import DenseCaps
-from keras_capsules.ops import dynamic_routing
 from keras_capsules.testing import TestCase
 from tests import references
 
@@ -72,34 +71,47 @@ class DenseCapsTest(TestCase):
         )
         self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
 
-    def test_votes_are_what_call_routes(self):
-        x = _inputs((2, 6, 4))
+    @parameterized.named_parameters(
+        ("plain", 3, False, False),
+        ("bias_leaky", 2, True, True),
+    )
+    def test_return_coupling(self, iterations, use_bias, leaky):
+        x = _inputs((2, 6, 4)) * 2.0
         layer = DenseCaps(
             num_capsules=3,
             capsule_dim=5,
-            routing_iterations=2,
-            use_bias=True,
-            leaky_routing=True,
+            routing_iterations=iterations,
+            use_bias=use_bias,
+            leaky_routing=leaky,
             bias_initializer="random_normal",
         )
-        with self.assertRaisesRegex(ValueError, "has no kernel yet"):
-            layer.votes(x)
         outputs = layer(x)
-        votes = layer.votes(x)
-        self.assertEqual(tuple(votes.shape), (2, 6, 3, 5))
-        kernel = ops.convert_to_numpy(layer.kernel)
-        self.assertAllClose(
-            votes, np.einsum("bid,idjk->bijk", x, kernel), atol=1e-5
-        )
-        routed, coupling = dynamic_routing(
-            votes,
-            iterations=layer.routing_iterations,
-            bias=layer.bias,
-            leaky=layer.leaky_routing,
-            return_coupling=True,
-        )
-        self.assertAllClose(routed, outputs, atol=0, rtol=0)
+        routed, coupling = layer(x, return_coupling=True)
         self.assertEqual(tuple(coupling.shape), (2, 6, 3))
+        # Asking for the coupling does not change the outputs.
+        self.assertAllClose(routed, outputs, atol=0, rtol=0)
+        votes = np.einsum(
+            "bid,idjk->bijk", x, ops.convert_to_numpy(layer.kernel)
+        )
+        bias = ops.convert_to_numpy(layer.bias) if use_bias else None
+        _, expected = references.dynamic_routing(votes, iterations, bias, leaky)
+        self.assertAllClose(coupling, expected, atol=1e-5, rtol=1e-5)
+        totals = ops.convert_to_numpy(coupling).sum(axis=-1)
+        if leaky:
+            self.assertTrue(np.all(totals < 1.0))
+        else:
+            self.assertAllClose(totals, np.ones((2, 6)), atol=1e-6)
+
+    def test_return_coupling_symbolic(self):
+        inputs = keras.Input((6, 4))
+        outputs, coupling = DenseCaps(num_capsules=3, capsule_dim=5)(
+            inputs, return_coupling=True
+        )
+        self.assertEqual(tuple(outputs.shape), (None, 3, 5))
+        self.assertEqual(tuple(coupling.shape), (None, 6, 3))
+        model = keras.Model(inputs, [outputs, coupling])
+        eager_outputs, eager_coupling = model(_inputs((2, 6, 4)))
+        self.assertEqual(tuple(eager_coupling.shape), (2, 6, 3))
 
     def test_paper_digit_caps_parameter_count(self):
         layer = DenseCaps(num_capsules=10, capsule_dim=16)
@@ -208,6 +220,17 @@ class DenseCapsTest(TestCase):
             rf"Received: {received}$",
         ):
             DenseCaps(**kwargs)
+
+    @parameterized.named_parameters(
+        ("use_bias", "use_bias"),
+        ("leaky_routing", "leaky_routing"),
+        ("stop_gradient", "stop_gradient"),
+    )
+    def test_non_boolean_option_raises(self, name):
+        with self.assertRaisesRegex(
+            TypeError, rf"{name} must be a boolean\. Received: {name}=1$"
+        ):
+            DenseCaps(num_capsules=3, capsule_dim=5, **{name: 1})
 
     @parameterized.named_parameters(
         ("rank_2", (2, 8)),

@@ -130,6 +130,33 @@ class EMConvCapsTest(TestCase):
                 )
         keras.config.set_dtype_policy("float32")
 
+    def test_routing_options_are_kept_and_read_only(self):
+        layer = EMConvCaps(
+            num_capsules=2,
+            routing_iterations=3,
+            final_lambda=0.01,
+            min_variance=1e-4,
+            routing_mode="official",
+        )
+        self.assertEqual(
+            (
+                layer.routing_iterations,
+                layer.final_lambda,
+                layer.min_variance,
+                layer.routing_mode,
+            ),
+            (3, 0.01, 1e-4, "official"),
+        )
+        # A variant is a new layer from the config, not a changed one.
+        for name in ("routing_iterations", "final_lambda", "routing_mode"):
+            with self.assertRaises(AttributeError):
+                setattr(layer, name, 2)
+        variant = EMConvCaps.from_config(
+            {**layer.get_config(), "routing_iterations": 2}
+        )
+        self.assertEqual(variant.routing_iterations, 2)
+        self.assertEqual(variant.routing_mode, "official")
+
     def test_errors(self):
         with self.assertRaisesRegex(
             ValueError, r"positive integer.*Received: routing_iterations=0"

@@ -1,8 +1,8 @@
 import keras
 
 from keras_capsules import models
-from keras_capsules.ops import _layout
-from keras_capsules.ops._geometry import tiling
+from keras_capsules.ops._tiles import tiling
+from keras_capsules.ops.em import _vote_layouts
 from keras_capsules.testing import TestCase
 
 _XLA = keras.backend.backend() in ("tensorflow", "jax")
@@ -11,8 +11,12 @@ _XLA = keras.backend.backend() in ("tensorflow", "jax")
 class BackendTest(TestCase):
     def test_vote_layout(self):
         geometry = tiling((6, 6), (3, 3), (2, 2), "valid")
-        layout = _layout.vote_layout(geometry, 4)
-        expected = _layout.ChildrenFirst if _XLA else _layout.PositionsFirst
+        layout = _vote_layouts.vote_layout(geometry, 4)
+        expected = (
+            _vote_layouts.ChildrenFirst
+            if _XLA
+            else _vote_layouts.PositionsFirst
+        )
         self.assertIsInstance(layout, expected)
         self.assertEqual(layout.num_children, 36)
 

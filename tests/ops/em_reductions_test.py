@@ -2,7 +2,7 @@ import keras
 import numpy as np
 from absl.testing import parameterized
 
-from keras_capsules.ops import _em_reductions
+from keras_capsules.ops.em import _reductions
 from keras_capsules.testing import TestCase
 
 
@@ -38,8 +38,8 @@ class _Probe(keras.layers.Layer):
             total = keras.ops.sum(self.w * x, axis=0, keepdims=True)
             spread = self.s
         else:
-            total = _em_reductions.sum_children(self.w * x, 0)
-            spread = _em_reductions.spread_children(self.s, 0, size)
+            total = _reductions.sum_children(self.w * x, 0)
+            spread = _reductions.spread_children(self.s, 0, size)
         value = keras.ops.sum(total * u) + keras.ops.sum(spread * x * u2)
         return keras.ops.zeros_like(inputs) + value
 
@@ -62,7 +62,7 @@ class ChildrenSumTest(TestCase):
     def test_chunked_sum_matches_numpy(self, size):
         x = np.random.default_rng(size).normal(size=(3, size, 5))
         x = x.astype("float32")
-        actual = _em_reductions.chunked_sum(keras.ops.convert_to_tensor(x), 1)
+        actual = _reductions.chunked_sum(keras.ops.convert_to_tensor(x), 1)
         self.assertAllClose(actual, x.sum(axis=1, keepdims=True), atol=1e-5)
 
     @parameterized.parameters(
@@ -80,7 +80,7 @@ class ChildrenSumTest(TestCase):
     def test_chunk_count_leaves_more_than_32_per_slice(self, size, expected):
         # XLA's CPU tree-reduction rewrite, which keeps the slice additions
         # vectorised, splits only reduced axes longer than 32.
-        self.assertEqual(_em_reductions.chunk_count(size), expected)
+        self.assertEqual(_reductions.chunk_count(size), expected)
 
     def test_values_and_gradients_match_plain_sums(self):
         rng = np.random.default_rng(1)
@@ -159,7 +159,7 @@ class FusedStepsTest(TestCase):
         upstream = np.random.default_rng(4).normal(size=(1,) + self.shape[1:])
         upstream = upstream.astype("float32")
         value, (d_weights, d_votes) = _value_and_gradients(
-            lambda w, v: _em_reductions.weighted_mean(w, v, 0),
+            lambda w, v: _reductions.weighted_mean(w, v, 0),
             [weights, votes],
             upstream,
         )
@@ -186,7 +186,7 @@ class FusedStepsTest(TestCase):
         upstream = np.random.default_rng(5).normal(size=(1,) + self.shape[1:])
         upstream = upstream.astype("float32")
         value, (d_weights, d_votes, d_mean) = _value_and_gradients(
-            lambda w, v, m: _em_reductions.weighted_variance(w, v, m, 0),
+            lambda w, v, m: _reductions.weighted_variance(w, v, m, 0),
             [weights, votes, mean],
             upstream,
         )
@@ -212,7 +212,7 @@ class FusedStepsTest(TestCase):
         upstream = np.random.default_rng(6).normal(size=(6, 2, 1, 3, 1))
         upstream = upstream.astype("float32")
         value, (d_votes, d_mean, d_variance) = _value_and_gradients(
-            lambda v, m, s: _em_reductions.deviation_energy(
+            lambda v, m, s: _reductions.deviation_energy(
                 v, m, s, 0, self.pose_axes
             ),
             [votes, mean, variance],

@@ -7,10 +7,10 @@ from absl.testing import parameterized
 from keras_capsules import layers
 from keras_capsules import models
 from keras_capsules import ops as capsule_ops
-from keras_capsules.ops import _em_core
-from keras_capsules.ops import _layout
-from keras_capsules.ops._geometry import patch_geometry
-from keras_capsules.ops._geometry import tiling
+from keras_capsules.ops._tiles import tiling
+from keras_capsules.ops._tiles import tiling_sizes
+from keras_capsules.ops.em import _core
+from keras_capsules.ops.em import _vote_layouts
 from keras_capsules.testing import TestCase
 from tests import references
 
@@ -588,7 +588,7 @@ class ConvRoutingLayoutTest(TestCase):
     def test_layouts_agree(self, size, kernel, stride, padding, mode):
         rng = np.random.default_rng(2)
         num_in, num_out, batch = 3, 4, 2
-        (out_h, out_w), _ = patch_geometry(
+        (out_h, out_w), _ = tiling_sizes(
             (size, size), (kernel, kernel), (stride, stride), padding
         )
         children = kernel * kernel * num_in
@@ -598,16 +598,16 @@ class ConvRoutingLayoutTest(TestCase):
         activations = activations.astype("float32")
         beta_v = rng.normal(size=num_out).astype("float32")
         beta_a = rng.normal(size=num_out).astype("float32")
-        options = _em_core.check_options(3, 0.01, 5e-4, None, mode)
+        options = _core.check_options(3, 0.01, 5e-4, None, mode)
         geometry = tiling(
             (size, size), (kernel, kernel), (stride, stride), padding
         )
-        expected = _em_core.route_conv(
+        expected = _core.route_conv(
             votes,
             activations,
             beta_v,
             beta_a,
-            _layout.PositionsFirst(geometry, num_in),
+            _vote_layouts.PositionsFirst(geometry, num_in),
             "official",
             options,
             return_assignments=True,
@@ -617,12 +617,12 @@ class ConvRoutingLayoutTest(TestCase):
         children_first = np.reshape(
             votes, (batch, out_h, out_w, children, num_out, 4, 4)
         ).transpose(3, 0, 1, 2, 5, 4, 6)
-        actual = _em_core.route_conv(
+        actual = _core.route_conv(
             children_first,
             activations,
             beta_v,
             beta_a,
-            _layout.ChildrenFirst(geometry, num_in),
+            _vote_layouts.ChildrenFirst(geometry, num_in),
             "official",
             options,
             return_assignments=True,

@@ -4,7 +4,7 @@ from absl.testing import parameterized
 
 from keras_capsules import ops as capsule_ops
 from keras_capsules.ops import _tiles
-from keras_capsules.ops._geometry import tiling
+from keras_capsules.ops._tiles import tiling
 from keras_capsules.testing import TestCase
 from tests import references
 

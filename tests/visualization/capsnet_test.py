@@ -7,6 +7,7 @@ from keras import ops
 from keras_capsules.models import CapsNet
 from keras_capsules.models import EfficientCapsNet
 from keras_capsules.testing import TestCase
+from tests import references
 
 pytest.importorskip("matplotlib")
 
@@ -131,6 +132,28 @@ class CouplingCoefficientsTest(TestCase):
             titles, [f"{n}\n|v|={v:.2g}" for n, v in zip(names, lengths)]
         )
         fig.savefig(io.BytesIO(), format="png")
+
+    def test_maps_match_the_numpy_routing(self):
+        # The panels are the last iteration's coupling of Procedure 1 on
+        # the model's primary capsules and digit kernel, averaged over the
+        # primary capsule types at every grid position.
+        maps = np.stack(
+            _images(coupling_coefficients(self.model, self.image))[1:]
+        )
+        model = self.model
+        primary = model.primary_caps(model.conv1(self.image[None]))
+        votes = np.einsum(
+            "bid,idjk->bijk",
+            ops.convert_to_numpy(primary),
+            ops.convert_to_numpy(model.digit_caps.kernel),
+        )
+        _, coupling = references.dynamic_routing(
+            votes, model.digit_caps.routing_iterations
+        )
+        expected = coupling[0].reshape(_GRID + (4, 10)).mean(axis=2)
+        self.assertAllClose(
+            maps, np.moveaxis(expected, -1, 0), atol=1e-5, rtol=1e-5
+        )
 
     def test_rejects_invalid_arguments(self):
         with self.assertRaisesRegex(ValueError, "list of 10 strings"):

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 from absl.testing import parameterized
 
-from keras_capsules.ops import _padding
+from keras_capsules.ops import _tiles
 from keras_capsules.testing import TestCase
 
 
@@ -14,7 +14,7 @@ class PadTest(TestCase):
     )
     def test_matches_numpy_pad(self, pad_width, value):
         x = np.arange(24, dtype="float32").reshape(2, 3, 4)
-        result = _padding.pad(x, pad_width, constant_values=value)
+        result = _tiles.pad(x, pad_width, constant_values=value)
         self.assertAllClose(
             result, np.pad(x, pad_width, constant_values=value), atol=0
         )
@@ -24,7 +24,7 @@ class PadTest(TestCase):
 
     def test_symbolic_shape(self):
         x = keras.KerasTensor((None, 3, 4))
-        result = _padding.pad(x, ((0, 0), (1, 1), (2, 0)))
+        result = _tiles.pad(x, ((0, 0), (1, 1), (2, 0)))
         self.assertEqual(tuple(result.shape), (None, 5, 6))
 
     def test_creates_no_keras_operation(self):
@@ -32,7 +32,7 @@ class PadTest(TestCase):
         # torch.compile retrace the routing at every step; the helper
         # must not on PyTorch.
         before = keras.backend.get_uid("pad")
-        _padding.pad(np.zeros((1, 2), "float32"), ((1, 1), (0, 0)))
+        _tiles.pad(np.zeros((1, 2), "float32"), ((1, 1), (0, 0)))
         created = keras.backend.get_uid("pad") - before - 1
         if keras.backend.backend() == "torch":
             self.assertEqual(created, 0)

@@ -2,16 +2,16 @@
 
 `EMConvCaps` and `EMClassCaps` are thin wrappers over `conv_capsules` and
 `class_capsules`; both compute their votes here and route them with
-`_em_core`, as the public ops `em_conv_routing` and `em_routing` do.
+`_core`, as the public ops `em_conv_routing` and `em_routing` do.
 Arguments arrive checked.
 """
 
 from keras import ops
 
-from keras_capsules.ops import _em_core
 from keras_capsules.ops import _tiles
-from keras_capsules.ops._geometry import tiling
-from keras_capsules.ops._layout import vote_layout
+from keras_capsules.ops._tiles import tiling
+from keras_capsules.ops.em import _core
+from keras_capsules.ops.em._vote_layouts import vote_layout
 from keras_capsules.ops.patches import add_coordinates
 
 
@@ -33,14 +33,14 @@ def conv_capsules(
     `poses` is `(batch, height, width, num_in, pose_size, pose_size)`,
     `kernel` `(kernel_h, kernel_w, num_in, num_out, pose_size,
     pose_size)`. The votes are written and routed in the layout that
-    `_layout.vote_layout` gives for this backend. Returns poses `(batch,
-    out_h, out_w, num_out, pose_size, pose_size)` and activations `(batch,
-    out_h, out_w, num_out)`.
+    `_vote_layouts.vote_layout` gives for this backend. Returns poses
+    `(batch, out_h, out_w, num_out, pose_size, pose_size)` and activations
+    `(batch, out_h, out_w, num_out)`.
     """
     geometry = tiling(tuple(poses.shape[1:3]), kernel_size, strides, padding)
     layout = vote_layout(geometry, poses.shape[3])
     votes = layout.votes(_tiles.extract_tiles(poses, geometry), kernel)
-    out_poses, out_activations = _em_core.route_conv(
+    out_poses, out_activations = _core.route_conv(
         votes, activations, beta_v, beta_a, layout, normalization, options
     )
     (out_h, out_w), pose_size = geometry.out_size, poses.shape[-1]
@@ -79,7 +79,7 @@ def class_capsules(
     votes = ops.reshape(
         votes, (-1, num_children, num_classes, pose_size * pose_size)
     )
-    class_poses, class_activations = _em_core.route_dense(
+    class_poses, class_activations = _core.route_dense(
         votes,
         ops.reshape(activations, (-1, num_children)),
         beta_v,

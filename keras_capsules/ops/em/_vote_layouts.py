@@ -1,6 +1,6 @@
 """The two layouts of convolutional EM votes, as objects that know their axes.
 
-Convolutional EM routing (`_em_core.route_conv`) never asks which layout
+Convolutional EM routing (`_core.route_conv`) never asks which layout
 its votes are in: it reads the axes from a layout object and asks it to
 move tensors between the layout and the kernel tiles.
 `vote_layout` builds the layout `EMConvCaps` uses, as

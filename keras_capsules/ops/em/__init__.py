@@ -2,7 +2,7 @@
 
 The public front door of EM routing: `em_routing` (every child connected
 to every parent) and `em_conv_routing` (convolutional windows). Both run
-the core in `_em_core`, which the layers `EMConvCaps` and `EMClassCaps`
+the core in `_core`, which the layers `EMConvCaps` and `EMClassCaps`
 share. The defaults are the setting that learns, the same as the layers';
 `OFFICIAL_EM_OPTIONS` holds the official code's setting.
 """
@@ -14,11 +14,11 @@ from keras import ops
 from keras_capsules._validation import check_votes_rank
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
-from keras_capsules.ops import _em_core
-from keras_capsules.ops._geometry import tiling
-from keras_capsules.ops._layout import PositionsFirst
+from keras_capsules.ops._tiles import tiling
+from keras_capsules.ops.em import _core
+from keras_capsules.ops.em._vote_layouts import PositionsFirst
 
-_DEFAULTS = _em_core.DEFAULTS
+_DEFAULTS = _core.DEFAULTS
 
 # The official code's setting (google-research/capsule_em: 3 iterations,
 # `final_beta` 0.01 and its forms of the M-step), as read-only keyword
@@ -151,7 +151,7 @@ def em_routing(
     - [Gritzman, Avoiding implementation pitfalls of "Matrix capsules with
       EM routing"](https://arxiv.org/abs/1907.00652) (2019)
     """
-    options = _em_core.check_options(
+    options = _core.check_options(
         iterations, final_lambda, min_variance, epsilon, mode
     )
     votes = ops.convert_to_tensor(votes)
@@ -159,7 +159,7 @@ def em_routing(
     votes_shape = tuple(votes.shape)
     check_votes_rank(votes_shape, "pose_size")
     _check_activations_shape(tuple(activations.shape), votes_shape[:-2])
-    return _em_core.route_dense(
+    return _core.route_dense(
         votes, activations, beta_v, beta_a, options, return_assignments
     )
 
@@ -177,7 +177,7 @@ def em_conv_routing(
     min_variance=_DEFAULTS.min_variance,
     epsilon=_DEFAULTS.epsilon,
     mode=_DEFAULTS.mode,
-    normalization=_em_core.DEFAULT_NORMALIZATION,
+    normalization=_core.DEFAULT_NORMALIZATION,
     return_assignments=False,
 ):
     """EM routing between two convolutional grids of matrix capsules.
@@ -290,10 +290,10 @@ def em_conv_routing(
     - [Gritzman, Avoiding implementation pitfalls of "Matrix capsules with
       EM routing"](https://arxiv.org/abs/1907.00652) (2019)
     """
-    options = _em_core.check_options(
+    options = _core.check_options(
         iterations, final_lambda, min_variance, epsilon, mode
     )
-    normalization = _em_core.check_normalization(normalization)
+    normalization = _core.check_normalization(normalization)
     kernel_size = normalize_pair(kernel_size, "kernel_size")
     strides = normalize_pair(strides, "strides")
     padding = normalize_padding(padding)
@@ -333,7 +333,7 @@ def em_conv_routing(
             "Arguments votes and activations must have the same batch "
             f"size. Received: votes.shape={votes_shape}"
         )
-    return _em_core.route_conv(
+    return _core.route_conv(
         votes,
         activations,
         beta_v,
