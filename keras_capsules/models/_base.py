@@ -89,6 +89,11 @@ class CapsuleModel(keras.Model):
         # A preset directory (config, weights and metadata, as keras-hub's
         # `save_to_preset` writes) would be read here, with its weights
         # loaded by `from_preset` after construction.
+        if not cls.presets:
+            raise ValueError(
+                f"{cls.__name__} has no presets; build it with its "
+                f"constructor. Received: preset={preset!r}"
+            )
         check_option(preset, "preset", tuple(cls.presets))
         return dict(cls.presets[preset])
 

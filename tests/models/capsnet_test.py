@@ -414,6 +414,13 @@ class CapsNetTest(TestCase):
         with self.assertRaisesRegex(ValueError, pattern):
             CapsNet(**config)
 
+    def test_has_no_presets(self):
+        self.assertEqual(dict(CapsNet.presets), {})
+        with self.assertRaisesRegex(
+            ValueError, "CapsNet has no presets.*Received: preset='mnist'"
+        ):
+            CapsNet.from_preset("mnist")
+
     @pytest.mark.large
     def test_tensorflow_file_loads_on_jax(self):
         # Write with one backend, read with another, each in a fresh
