@@ -160,21 +160,12 @@ def normalize_padding(padding):
 
 def check_image_shape(input_shape):
     """Returns a model's `(height, width, channels)` as a tuple."""
-    valid = (
-        isinstance(input_shape, (tuple, list))
-        and len(input_shape) == 3
-        and all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0
-            for d in input_shape
-        )
+    return check_int_tuple(
+        input_shape,
+        "input_shape",
+        length=3,
+        meaning=" (height, width, channels), channels last",
     )
-    if not valid:
-        raise ValueError(
-            "Argument input_shape must be a tuple of 3 positive integers "
-            "(height, width, channels), channels last. "
-            f"Received: input_shape={input_shape!r}"
-        )
-    return tuple(input_shape)
 
 
 def check_matrix_capsules_shape(input_shape, owner):
@@ -244,3 +235,66 @@ def check_broadcasts(shape, target, name, what):
             f"Argument {name} must broadcast to the shape of {what} "
             f"{target}. Received: {name}.shape={shape}"
         )
+
+
+def check_int_tuple(value, name, length=None, allow_none=False, meaning=""):
+    """Returns `value` as a tuple of positive ints (or `None` where
+    allowed); `meaning` ends the message, such as `", one per
+    convolution"`."""
+    if value is None and allow_none:
+        return None
+    if (
+        not isinstance(value, (tuple, list))
+        or not value
+        or (length is not None and len(value) != length)
+        or not all(_is_int(v) and v > 0 for v in value)
+    ):
+        size = f"{length} " if length is not None else ""
+        expected = f"a tuple of {size}positive integers{meaning}"
+        if allow_none:
+            expected = f"None or {expected}"
+        raise ValueError(
+            f"Argument {name} must be {expected}. Received: {name}={value!r}"
+        )
+    return tuple(int(v) for v in value)
+
+
+def check_num_objects(num_objects, num_classes):
+    """Returns `num_objects`: a positive int, at most `num_classes`."""
+    check_positive_int(num_objects, "num_objects")
+    if num_objects > num_classes:
+        raise ValueError(
+            "Argument num_objects must be at most num_classes "
+            f"({num_classes}): the objects of an image are of different "
+            f"classes. Received: num_objects={num_objects}"
+        )
+    return num_objects
+
+
+def check_image_size(input_shape, convolutions, network):
+    """Raises unless unpadded convolutions leave a position on the images.
+
+    Args:
+        input_shape: `(height, width, channels)`.
+        convolutions: `(description, kernel_size, strides)` for each
+            convolution in order, all with valid padding.
+        network: The name of the network, for the message.
+    """
+    size = min(input_shape[:2])
+    for _, kernel_size, strides in convolutions:
+        size = (size - kernel_size) // strides + 1 if size >= kernel_size else 0
+    if size >= 1:
+        return
+    smallest = 1
+    for _, kernel_size, strides in reversed(convolutions):
+        smallest = (smallest - 1) * strides + kernel_size
+    layers = ", ".join(
+        f"{description} ({kernel_size}x{kernel_size}, stride {strides})"
+        for description, kernel_size, strides in convolutions
+    )
+    raise ValueError(
+        f"The images are too small for {network}: {layers}, all without "
+        f"padding, need a height and width of at least {smallest}. Use "
+        f"larger images or smaller kernels. Received: input_shape="
+        f"{input_shape}"
+    )

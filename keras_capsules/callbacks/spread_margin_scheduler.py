@@ -17,47 +17,36 @@ _UPDATE_FREQS = ("batch", "epoch")
 # runs from -4 to +4 over 400k steps, then is capped at 10.
 _DEFAULT_RAMP_STEPS = 400_000
 _SIGMOID_CAP = 10.0
-# The sublayer through which a model tracks margins it does not own.
-_HOLDER = "_spread_margin_holder"
 
 
-def _model_margins(model):
-    """The margin variables of `model`, each one the model tracks.
+def _margin_variables(model):
+    """The margin variable the compiled loss of `model` reads.
 
-    The model's own `spread_margin` and the margin of every `SpreadLoss`
-    it is compiled with; a loss's variable that the model does not track
-    is handed to it in a holder sublayer. Returns `None` if a variable
-    cannot be handed over (a built subclassed model locks its state, and a
-    `Sequential` model tracks only its layers).
+    The model's own `spread_margin` when it has one, which its
+    `SpreadLoss` must then read; otherwise the margin of each `SpreadLoss`
+    the model is compiled with.
     """
-    candidates = [getattr(model, "spread_margin", None)]
     compiled_loss = getattr(model, "loss", None)
-    if compiled_loss is not None:
-        candidates += [
-            loss.margin
-            for loss in keras.tree.flatten(compiled_loss)
-            if isinstance(loss, SpreadLoss)
-        ]
+    losses = [
+        loss
+        for loss in keras.tree.flatten(compiled_loss or [])
+        if isinstance(loss, SpreadLoss)
+    ]
+    owned = getattr(model, "spread_margin", None)
+    if isinstance(owned, keras.Variable):
+        if any(loss.margin is not owned for loss in losses):
+            raise ValueError(
+                "The model owns a `spread_margin` variable, but its "
+                "SpreadLoss reads another margin, which the scheduler "
+                "would leave unchanged. Compile with "
+                "SpreadLoss(margin=model.spread_margin). "
+                f"Received: loss={compiled_loss!r}"
+            )
+        return [owned]
     margins = []
-    for variable in candidates:
-        if isinstance(variable, keras.Variable) and not any(
-            v is variable for v in margins
-        ):
-            margins.append(variable)
-    tracked = model.non_trainable_variables
-    missing = [v for v in margins if not any(v is t for t in tracked)]
-    if missing:
-        holder = getattr(model, _HOLDER, None) or keras.layers.Layer(
-            name="spread_margin_holder", trainable=False
-        )
-        holder.margins = list(getattr(holder, "margins", [])) + missing
-        try:
-            setattr(model, _HOLDER, holder)
-        except ValueError:
-            return None
-        tracked = model.non_trainable_variables
-        if not all(any(v is t for t in tracked) for v in missing):
-            return None
+    for loss in losses:
+        if not any(loss.margin is margin for margin in margins):
+            margins.append(loss.margin)
     return margins
 
 
@@ -75,15 +64,20 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
     rate, so compiled train steps see the new value on TensorFlow, JAX and
     PyTorch. The value is logged as `logs["spread_margin"]`.
 
-    The margin must be a variable the model tracks: a compiled JAX train
-    step reads no other state, and a margin read from anywhere else is
-    frozen when the step is traced. `MatrixCapsNet` owns its margin, and so
-    can a subclassed model (`self.spread_margin = keras.Variable(0.2,
+    The margin has one owner, which the callback assigns: the model's
+    `spread_margin` variable where it has one (`MatrixCapsNet`, or a
+    subclassed model with `self.spread_margin = keras.Variable(0.2,
     trainable=False)` in `__init__`, compiled with
-    `SpreadLoss(margin=self.spread_margin)`). For a functional model the
-    callback hands the loss's variable to the model when `fit` starts, in
-    a sublayer that `.keras` files skip on loading (the margin comes back
-    through `SpreadLoss.get_config()`).
+    `SpreadLoss(margin=self.spread_margin)`), otherwise the margin
+    variable of its `SpreadLoss`. The margin is recomputed from the
+    schedule at every update, so a resumed run (`BackupAndRestore`, or a
+    reloaded model whose optimizer kept its step) continues the schedule.
+    A compiled JAX step reads only the variables the model tracks, and
+    any other value is frozen when the step is traced: for a model that
+    does not track the loss's variable (a functional model), the callback
+    makes `fit` trace the train and test steps again whenever it changes
+    the margin. That is cheap once per epoch; for updates at every step,
+    let the model own the variable.
 
     Schedules, with `progress = position / ramp` where the position is
     the global step (`optimizer.iterations`, so resumed training picks up
@@ -132,8 +126,8 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
             is unknown, both `ramp_steps` and `ramp_epochs` are given, a
             ramp is not positive, or a ramp is given with a callable
             schedule. When `fit` starts: if the model is not compiled with
-            a `SpreadLoss`, or its margin variable cannot be tracked by the
-            model.
+            a `SpreadLoss`, or if the model's `spread_margin` is not the
+            variable its `SpreadLoss` reads.
 
     Example:
 
@@ -209,34 +203,14 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
         else:
             self._counts_steps = ramp_epochs is None
         self._margins = []
+        self._retrace = False
         self._epoch = 0
         self._epoch_start_step = 0
         self._steps_per_epoch = None
         self._last_margin = None
 
-    def set_model(self, model):
-        super().set_model(model)
-        # Here, before `fit` builds its first train step and before
-        # `BackupAndRestore.on_train_begin` reloads the weights, whatever
-        # the order of the callbacks.
-        margins = _model_margins(model)
-        if margins is None:
-            raise ValueError(
-                "SpreadMarginScheduler cannot make the model track "
-                "the margin variable of its SpreadLoss, so compiled "
-                "JAX train steps would not see the margin change. "
-                "Build the model with the functional API, or create "
-                "the variable in your model's __init__ "
-                "(self.spread_margin = keras.Variable(0.2, "
-                "trainable=False)) and compile with "
-                "SpreadLoss(margin=self.spread_margin). "
-                f"Received: model={model.__class__.__name__}"
-                f"(name={model.name!r})"
-            )
-        self._margins = margins
-        self._last_margin = None
-
     def on_train_begin(self, logs=None):
+        self._margins = _margin_variables(self.model)
         if not self._margins:
             raise ValueError(
                 "SpreadMarginScheduler found no margin to schedule: "
@@ -244,6 +218,11 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
                 "or give it a `spread_margin` keras.Variable. "
                 f"Received: loss={getattr(self.model, 'loss', None)!r}"
             )
+        tracked = self.model.non_trainable_variables
+        self._retrace = not all(
+            any(margin is variable for variable in tracked)
+            for margin in self._margins
+        )
         self._steps_per_epoch = (self.params or {}).get("steps")
         self._last_margin = None
 
@@ -321,9 +300,15 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
     def _set_margin(self, batch):
         margin = self.margin_at(self._position(batch))
         if margin != self._last_margin:
-            self._synced_model()
+            model = self._synced_model()
             for variable in self._margins:
                 variable.assign(margin)
+            if self._retrace:
+                # A step traced before may hold the old value as a
+                # constant; tracing is deferred to the next call.
+                model.make_train_function(force=True)
+                if model.test_function is not None:
+                    model.make_test_function(force=True)
             self._last_margin = margin
         return margin
 

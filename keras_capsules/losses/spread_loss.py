@@ -128,12 +128,11 @@ class SpreadLoss(keras.losses.Loss):
     0.2 to 0.9 during `fit` on TensorFlow, JAX and PyTorch alike. A plain
     Python float would be frozen into compiled TensorFlow and JAX steps.
 
-    On JAX a train step only sees variables that the model tracks.
-    `keras_capsules.models.MatrixCapsNet` owns its margin variable and its
-    `compile()` shares it with this loss; for your own functional model,
-    `SpreadMarginScheduler` makes the model track the loss's variable. A
-    subclassed model can own the variable itself and pass it in:
-    `SpreadLoss(margin=self.spread_margin)`.
+    `keras_capsules.models.MatrixCapsNet` owns its margin variable and
+    its `compile()` makes the loss read it. A subclassed model can own the
+    variable too and pass it in: `SpreadLoss(margin=self.spread_margin)`.
+    `SpreadMarginScheduler` assigns the model's variable, or else the
+    loss's own.
 
     `get_config()` stores the current value of the margin, so a model
     saved mid-schedule reloads with the margin it had reached.

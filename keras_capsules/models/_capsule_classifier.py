@@ -9,43 +9,10 @@ from keras import ops
 from keras_capsules.layers.mask import Mask
 from keras_capsules.losses.margin_loss import MarginLoss
 from keras_capsules.metrics.top_k_exact_match import TopKExactMatch
-from keras_capsules.ops._backend import resolve_jit_compile
+from keras_capsules.models._base import CapsuleModel
 
 
-def dense_decoder(
-    num_inputs,
-    units,
-    image_shape,
-    kernel_initializer="glorot_uniform",
-    output_initializer="glorot_uniform",
-):
-    """The reconstruction decoder of Sabour et al.: ReLU dense layers of
-    `units`, then one sigmoid unit per pixel, reshaped to `image_shape`."""
-    return keras.Sequential(
-        [keras.Input(shape=(num_inputs,))]
-        + [
-            keras.layers.Dense(
-                size,
-                activation="relu",
-                kernel_initializer=kernel_initializer,
-                name=f"decoder_dense_{i}",
-            )
-            for i, size in enumerate(units)
-        ]
-        + [
-            keras.layers.Dense(
-                math.prod(image_shape),
-                activation="sigmoid",
-                kernel_initializer=output_initializer,
-                name="decoder_output",
-            ),
-            keras.layers.Reshape(image_shape, name="decoder_reshape"),
-        ],
-        name="decoder",
-    )
-
-
-class CapsuleClassifier(keras.Model):
+class CapsuleClassifier(CapsuleModel):
     """A functional model from images to class capsule lengths, with an
     optional decoder outside its graph.
 
@@ -99,66 +66,21 @@ class CapsuleClassifier(keras.Model):
         # to `(None,) + input_shape`.
         self.image_shape = image_shape
 
-    def compile(
-        self,
-        optimizer="auto",
-        loss="auto",
-        *,
-        metrics="auto",
-        jit_compile="auto",
-        **kwargs,
-    ):
-        """Configures the model for training, with the paper's defaults.
+    def default_loss(self):
+        """The loss of `compile(loss="auto")`:
+        `keras_capsules.losses.MarginLoss()` on the class capsule lengths,
+        to which the reconstruction loss is added whenever the model has a
+        decoder."""
+        return MarginLoss()
 
-        Args:
-            optimizer: An optimizer, or `"auto"` for the paper's, which
-                `default_optimizer()` returns. Defaults to `"auto"`.
-            loss: A loss on the class capsule lengths, or `"auto"` for
-                `keras_capsules.losses.MarginLoss()`. The reconstruction
-                loss is added to it whenever the model has a decoder.
-                Defaults to `"auto"`.
-            metrics: A list of metrics, or `"auto"` for
-                `[keras.metrics.CategoricalAccuracy(name="accuracy")]`,
-                or with `num_objects > 1`
-                `[keras_capsules.metrics.TopKExactMatch(num_objects,
-                name="accuracy")]` (all objects right).
-                Defaults to `"auto"`.
-            jit_compile: Boolean or `"auto"`. `"auto"` compiles the train
-                step with XLA on TensorFlow and JAX, which Keras' own
-                `"auto"` does not do for TensorFlow on a machine without
-                a GPU, and leaves PyTorch eager, as Keras does
-                (docs/performance.md). Defaults to `"auto"`.
-            **kwargs: Other arguments of `keras.Model.compile`.
-        """
-        jit_compile = resolve_jit_compile(
-            self, jit_compile, kwargs.get("run_eagerly")
-        )
-        if optimizer == "auto":
-            optimizer = self.default_optimizer()
-        if loss == "auto":
-            loss = MarginLoss()
-        if metrics == "auto":
-            if self.num_objects == 1:
-                metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
-            else:
-                metrics = [TopKExactMatch(self.num_objects, name="accuracy")]
-        super().compile(
-            optimizer=optimizer,
-            loss=loss,
-            metrics=metrics,
-            jit_compile=jit_compile,
-            **kwargs,
-        )
-
-    def compile_from_config(self, config):
-        # Keras skips recompiling models that override `compile`, so the
-        # saved optimizer, loss and metrics are restored here.
-        config = keras.saving.deserialize_keras_object(config)
-        # The backend that loads the model picks its own default.
-        config.pop("jit_compile", None)
-        self.compile(**config)
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
+    def default_metrics(self):
+        """The metrics of `compile(metrics="auto")`:
+        `[keras.metrics.CategoricalAccuracy(name="accuracy")]`, or with
+        `num_objects > 1` `[keras_capsules.metrics.TopKExactMatch(
+        num_objects, name="accuracy")]` (all objects right)."""
+        if self.num_objects == 1:
+            return super().default_metrics()
+        return [TopKExactMatch(self.num_objects, name="accuracy")]
 
     def compute_loss(
         self,

@@ -3,29 +3,16 @@
 import keras
 
 from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_image_size
+from keras_capsules._validation import check_int_tuple
 from keras_capsules._validation import check_non_negative_number
+from keras_capsules._validation import check_num_objects
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers.dense_caps import DenseCaps
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.primary_caps import PrimaryCaps
 from keras_capsules.models._capsule_classifier import CapsuleClassifier
-from keras_capsules.models._capsule_classifier import dense_decoder
-
-
-def _check_decoder_units(decoder_units):
-    if decoder_units is None:
-        return None
-    valid = isinstance(decoder_units, (tuple, list)) and all(
-        isinstance(u, int) and not isinstance(u, bool) and u > 0
-        for u in decoder_units
-    )
-    if not valid:
-        raise ValueError(
-            "Argument decoder_units must be None (no decoder) or a tuple of "
-            "positive integers, the hidden layer sizes of the decoder. "
-            f"Received: decoder_units={decoder_units!r}"
-        )
-    return tuple(decoder_units)
+from keras_capsules.models._decoders import dense_decoder
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -186,30 +173,27 @@ class CapsNet(CapsuleClassifier):
             ("primary_kernel_size", primary_kernel_size),
             ("primary_strides", primary_strides),
             ("capsule_dim", capsule_dim),
-            ("num_objects", num_objects),
         ):
             check_positive_int(value, name)
-        if num_objects > num_classes:
-            raise ValueError(
-                "Argument num_objects must be at most num_classes "
-                f"({num_classes}): the objects of an image are of different "
-                f"classes. Received: num_objects={num_objects}"
-            )
-        decoder_units = _check_decoder_units(decoder_units)
+        check_num_objects(num_objects, num_classes)
+        decoder_units = check_int_tuple(
+            decoder_units,
+            "decoder_units",
+            allow_none=True,
+            meaning=", the hidden layer sizes of the decoder (None for no "
+            "decoder)",
+        )
         check_non_negative_number(
             reconstruction_weight, "reconstruction_weight"
         )
-        conv_size = min(input_shape[:2]) - conv_kernel_size + 1
-        primary_size = (conv_size - primary_kernel_size) // primary_strides
-        if conv_size < 1 or primary_size < 0:
-            raise ValueError(
-                "The images are too small for the convolutions: Conv1 "
-                f"({conv_kernel_size}x{conv_kernel_size}, valid) and "
-                f"PrimaryCaps ({primary_kernel_size}x{primary_kernel_size}, "
-                "valid) need height and width of at least "
-                f"{conv_kernel_size + primary_kernel_size - 1}. Use smaller "
-                f"kernel sizes. Received: input_shape={input_shape}"
-            )
+        check_image_size(
+            input_shape,
+            [
+                ("Conv1", conv_kernel_size, 1),
+                ("PrimaryCaps", primary_kernel_size, primary_strides),
+            ],
+            "CapsNet",
+        )
 
         # === Layers ===
         # Held in locals until the functional model exists: the PyTorch
@@ -282,6 +266,9 @@ class CapsNet(CapsuleClassifier):
         Returns:
             A tensor of shape `(batch_size, num_classes, capsule_dim)`: the
             DigitCaps activity vectors, whose lengths `predict` returns.
+            As for every model of `keras_capsules.models`, one direct
+            call on the whole of `x`: pass batches of a size that fits in
+            memory.
         """
         features = self.conv1(x, training=training)
         primary = self.primary_caps(features, training=training)
@@ -320,7 +307,3 @@ class CapsNet(CapsuleClassifier):
             "reconstruction_weight": self.reconstruction_weight,
             "num_objects": self.num_objects,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -1,19 +1,23 @@
 """EfficientCapsNet: self-attention routing (Mazzia et al. 2021)."""
 
-import types
-
 import keras
 
 from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_image_size
+from keras_capsules._validation import check_int_tuple
 from keras_capsules._validation import check_non_negative_number
+from keras_capsules._validation import check_num_objects
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers.depthwise_primary_caps import DepthwisePrimaryCaps
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.self_attention_caps import SelfAttentionCaps
+from keras_capsules.models._base import is_auto
+from keras_capsules.models._base import read_only_presets
 from keras_capsules.models._capsule_classifier import CapsuleClassifier
-from keras_capsules.models._capsule_classifier import dense_decoder
-from keras_capsules.ops._geometry import conv_output_length
+from keras_capsules.models._decoders import CONVOLUTIONAL_DECODER_SIZE
+from keras_capsules.models._decoders import convolutional_decoder
+from keras_capsules.models._decoders import dense_decoder
 
 # The authors' three networks (their `efficient_capsnet_graph_*.py`): the
 # MultiMNIST one strides twice more to reach a 1x1 map from 36x36, the
@@ -36,66 +40,65 @@ _PRESETS = {
         "primary_kernel_size": 8,
         "activation": "leaky_relu",
         "normalization": "instance",
-        "decoder": "convolutional",
+        "decoder_type": "convolutional",
     },
 }
 _ACTIVATIONS = ("relu", "leaky_relu")
 _NORMALIZATIONS = ("batch", "instance")
-_DECODERS = ("dense", "convolutional")
+_DECODER_TYPES = ("dense", "convolutional")
 # The hidden layers of the dense decoder (Sabour et al.'s).
 _DENSE_DECODER_UNITS = (512, 1024)
-# The convolutional decoder grows an 8x8 map to 48x48: three bilinear 2x
-# upsamplings, each followed by a valid 3x3 convolution, and a last one.
-_CONV_DECODER_SIZE = 48
 
 
-def _check_int_tuple(value, name, length=None):
-    valid = (
-        isinstance(value, (tuple, list))
-        and len(value) > 0
-        and (length is None or len(value) == length)
-        and all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0
-            for v in value
-        )
-    )
-    if not valid:
-        size = f"{length} " if length is not None else ""
-        raise ValueError(
-            f"Argument {name} must be a tuple of {size}positive integers, "
-            f"one per convolution. Received: {name}={value!r}"
-        )
-    return tuple(value)
-
-
-def _conv_decoder(num_inputs, image_shape):
-    """The authors' smallNORB decoder: a dense map of 8x8, three rounds of
-    bilinear 2x upsampling and a valid 3x3 LeakyReLU(0.2) convolution,
-    then a sigmoid 3x3 convolution to the image's channels."""
-    base = _CONV_DECODER_SIZE // 6
-    layers = [
-        keras.Input(shape=(num_inputs,)),
-        keras.layers.Dense(base * base, name="decoder_dense"),
-        keras.layers.Reshape((base, base, 1), name="decoder_reshape"),
-    ]
-    for i, filters in enumerate((64, 128, 128)):
-        layers += [
-            keras.layers.UpSampling2D(
-                interpolation="bilinear", name=f"decoder_upsampling_{i}"
-            ),
+def _feature_layers(filters, kernel_sizes, strides, activation, normalization):
+    """The convolutions, each followed by its activation and its
+    normalisation, in order."""
+    layers = []
+    for i, (size, kernel, stride) in enumerate(
+        zip(filters, kernel_sizes, strides)
+    ):
+        layers.append(
             keras.layers.Conv2D(
-                filters,
-                3,
-                activation=keras.layers.LeakyReLU(negative_slope=0.2),
-                name=f"decoder_conv_{i}",
-            ),
-        ]
-    layers.append(
-        keras.layers.Conv2D(
-            image_shape[-1], 3, activation="sigmoid", name="decoder_output"
+                size,
+                kernel,
+                strides=stride,
+                kernel_initializer="he_normal",
+                name=f"conv{i + 1}",
+            )
         )
-    )
-    return keras.Sequential(layers, name="decoder")
+        if activation == "relu":
+            layers.append(keras.layers.ReLU(name=f"relu{i + 1}"))
+        else:
+            layers.append(keras.layers.LeakyReLU(name=f"leaky_relu{i + 1}"))
+        if normalization == "batch":
+            layers.append(keras.layers.BatchNormalization(name=f"norm{i + 1}"))
+        else:
+            # Instance normalisation, with the authors' random initial
+            # scale and offset.
+            layers.append(
+                keras.layers.GroupNormalization(
+                    groups=-1,
+                    epsilon=1e-3,
+                    beta_initializer="random_uniform",
+                    gamma_initializer="random_uniform",
+                    name=f"norm{i + 1}",
+                )
+            )
+    return layers
+
+
+def _decoder(decoder_type, num_inputs, image_shape):
+    if decoder_type == "dense":
+        return dense_decoder(
+            num_inputs,
+            _DENSE_DECODER_UNITS,
+            image_shape,
+            kernel_initializer="he_normal",
+            output_initializer="glorot_normal",
+        )
+    if decoder_type == "convolutional":
+        return convolutional_decoder(num_inputs, image_shape)
+    return None
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -163,7 +166,7 @@ class EfficientCapsNet(CapsuleClassifier):
             Defaults to `8`.
         capsule_dim: Integer, the dimension of the class capsules.
             Defaults to `16`.
-        decoder: `"dense"` (512 and 1024 ReLU units, then a sigmoid unit
+        decoder_type: `"dense"` (512 and 1024 ReLU units, then a sigmoid unit
             per pixel), `"convolutional"` (the smallNORB decoder, for
             48x48 images) or `None` (no decoder and no reconstruction
             loss). Defaults to `"dense"`.
@@ -208,44 +211,11 @@ class EfficientCapsNet(CapsuleClassifier):
           https://github.com/EscVM/Efficient-CapsNet)
     """
 
+    decoder_argument = "decoder_type"
     reconstruction_reduction = "mean"
 
     # Read-only: name -> the arguments that differ from the defaults.
-    presets = types.MappingProxyType(
-        {
-            name: types.MappingProxyType(arguments)
-            for name, arguments in _PRESETS.items()
-        }
-    )
-
-    @classmethod
-    def from_preset(cls, preset, **kwargs):
-        """Builds one of the authors' networks.
-
-        Args:
-            preset: `"mnist"`, `"multimnist"` or `"smallnorb"`.
-                `EfficientCapsNet.presets` maps each name to the arguments
-                it sets.
-            **kwargs: Any other argument of `EfficientCapsNet`; those given
-                here override the preset's.
-
-        Returns:
-            An uncompiled `EfficientCapsNet`.
-
-        Raises:
-            ValueError: If `preset` is not one of the names above.
-
-        Example:
-
-        >>> import keras_capsules
-        >>> model = keras_capsules.models.EfficientCapsNet.from_preset(
-        ...     "smallnorb", decoder=None
-        ... )
-        >>> model.count_params()  # 151,664 trained, 0 frozen
-        151664
-        """
-        check_option(preset, "preset", tuple(_PRESETS))
-        return cls(**{**_PRESETS[preset], **kwargs})
+    presets = read_only_presets(_PRESETS)
 
     def __init__(
         self,
@@ -260,7 +230,7 @@ class EfficientCapsNet(CapsuleClassifier):
         primary_strides=1,
         primary_capsule_dim=8,
         capsule_dim=16,
-        decoder="dense",
+        decoder_type="dense",
         reconstruction_weight=0.392,
         num_objects=1,
         **kwargs,
@@ -272,96 +242,62 @@ class EfficientCapsNet(CapsuleClassifier):
             ("primary_strides", primary_strides),
             ("primary_capsule_dim", primary_capsule_dim),
             ("capsule_dim", capsule_dim),
-            ("num_objects", num_objects),
         ):
             check_positive_int(value, name)
-        conv_filters = _check_int_tuple(conv_filters, "conv_filters")
-        depth = len(conv_filters)
-        conv_kernel_sizes = _check_int_tuple(
-            conv_kernel_sizes, "conv_kernel_sizes", depth
+        check_num_objects(num_objects, num_classes)
+        conv_filters = check_int_tuple(
+            conv_filters, "conv_filters", meaning=", one per convolution"
         )
-        conv_strides = _check_int_tuple(conv_strides, "conv_strides", depth)
+        depth = len(conv_filters)
+        conv_kernel_sizes, conv_strides = (
+            check_int_tuple(value, name, depth, meaning=", one per convolution")
+            for name, value in (
+                ("conv_kernel_sizes", conv_kernel_sizes),
+                ("conv_strides", conv_strides),
+            )
+        )
         check_option(activation, "activation", _ACTIVATIONS)
         check_option(normalization, "normalization", _NORMALIZATIONS)
-        if decoder is not None:
-            check_option(decoder, "decoder", _DECODERS)
+        if decoder_type is not None:
+            check_option(decoder_type, "decoder_type", _DECODER_TYPES)
         check_non_negative_number(
             reconstruction_weight, "reconstruction_weight"
         )
-        if num_objects > num_classes:
-            raise ValueError(
-                "Argument num_objects must be at most num_classes "
-                f"({num_classes}): the objects of an image are of different "
-                f"classes. Received: num_objects={num_objects}"
-            )
         if conv_filters[-1] % primary_capsule_dim:
             raise ValueError(
                 "Argument primary_capsule_dim must divide the filters of "
                 f"the last convolution ({conv_filters[-1]}). Received: "
                 f"primary_capsule_dim={primary_capsule_dim}"
             )
-        size = min(input_shape[:2])
-        for kernel, stride in zip(
-            conv_kernel_sizes + (primary_kernel_size,),
-            conv_strides + (primary_strides,),
-        ):
-            size = conv_output_length(size, kernel, stride, "valid")
-        if size < 1:
+        check_image_size(
+            input_shape,
+            [
+                (f"conv{i + 1}", kernel, stride)
+                for i, (kernel, stride) in enumerate(
+                    zip(conv_kernel_sizes, conv_strides)
+                )
+            ]
+            + [("the primary capsules", primary_kernel_size, primary_strides)],
+            "EfficientCapsNet",
+        )
+        size = CONVOLUTIONAL_DECODER_SIZE
+        if decoder_type == "convolutional" and input_shape[:2] != (size, size):
             raise ValueError(
-                "The images are too small for the convolutions: with "
-                f"kernels {conv_kernel_sizes}, strides {conv_strides} and a "
-                f"{primary_kernel_size}x{primary_kernel_size} primary "
-                "kernel, all without padding, no position is left. "
-                f"Received: input_shape={input_shape}"
-            )
-        if decoder == "convolutional" and input_shape[:2] != (
-            _CONV_DECODER_SIZE,
-            _CONV_DECODER_SIZE,
-        ):
-            raise ValueError(
-                "The convolutional decoder draws 48x48 images; use decoder="
-                '"dense" for other sizes. '
+                f"The convolutional decoder draws {size}x{size} images; use "
+                'decoder_type="dense" for other sizes. '
                 f"Received: input_shape={input_shape}"
             )
 
         # === Layers ===
         # Held in locals until the functional model exists (the PyTorch
         # backend cannot track sublayers assigned before `Model.__init__`).
-        features = []
-        for i, (filters, kernel, stride) in enumerate(
-            zip(conv_filters, conv_kernel_sizes, conv_strides)
-        ):
-            features.append(
-                keras.layers.Conv2D(
-                    filters,
-                    kernel,
-                    strides=stride,
-                    kernel_initializer="he_normal",
-                    name=f"conv{i + 1}",
-                )
-            )
-            if activation == "relu":
-                features.append(keras.layers.ReLU(name=f"relu{i + 1}"))
-            else:
-                features.append(
-                    keras.layers.LeakyReLU(name=f"leaky_relu{i + 1}")
-                )
-            if normalization == "batch":
-                features.append(
-                    keras.layers.BatchNormalization(name=f"norm{i + 1}")
-                )
-            else:
-                # Instance normalisation, with the authors' random
-                # initial scale and offset.
-                features.append(
-                    keras.layers.GroupNormalization(
-                        groups=-1,
-                        epsilon=1e-3,
-                        beta_initializer="random_uniform",
-                        gamma_initializer="random_uniform",
-                        name=f"norm{i + 1}",
-                    )
-                )
+        features = _feature_layers(
+            conv_filters,
+            conv_kernel_sizes,
+            conv_strides,
+            activation,
+            normalization,
+        )
         primary_caps = DepthwisePrimaryCaps(
             capsule_dim=primary_capsule_dim,
             kernel_size=primary_kernel_size,
@@ -372,19 +308,7 @@ class EfficientCapsNet(CapsuleClassifier):
             num_capsules=num_classes, capsule_dim=capsule_dim, name="digit_caps"
         )
         length = Length(name="length")
-        decoder_model = None
-        if decoder == "dense":
-            decoder_model = dense_decoder(
-                num_classes * capsule_dim,
-                _DENSE_DECODER_UNITS,
-                input_shape,
-                kernel_initializer="he_normal",
-                output_initializer="glorot_normal",
-            )
-        elif decoder == "convolutional":
-            decoder_model = _conv_decoder(
-                num_classes * capsule_dim, input_shape
-            )
+        decoder = _decoder(decoder_type, num_classes * capsule_dim, input_shape)
 
         # === Functional Model ===
         images = keras.Input(shape=input_shape, name="images")
@@ -396,7 +320,7 @@ class EfficientCapsNet(CapsuleClassifier):
             inputs=images,
             outputs=length(capsules),
             length=length,
-            decoder=decoder_model,
+            decoder=decoder,
             num_classes=num_classes,
             capsule_dim=capsule_dim,
             num_objects=num_objects,
@@ -417,7 +341,7 @@ class EfficientCapsNet(CapsuleClassifier):
         self.primary_kernel_size = primary_kernel_size
         self.primary_strides = primary_strides
         self.primary_capsule_dim = primary_capsule_dim
-        self.decoder_kind = decoder
+        self.decoder_type = decoder_type
 
     def class_capsules(self, x, training=False):
         """Returns the class capsules of images `x`.
@@ -429,14 +353,18 @@ class EfficientCapsNet(CapsuleClassifier):
 
         Returns:
             A tensor of shape `(batch_size, num_classes, capsule_dim)`,
-            whose lengths `predict` returns.
+            whose lengths `predict` returns. As for every model of
+            `keras_capsules.models`, one direct call on the whole of `x`:
+            pass batches of a size that fits in memory.
         """
         for layer in self.features:
             x = layer(x, training=training)
         primary = self.primary_caps(x, training=training)
         return self.digit_caps(primary, training=training)
 
-    def compile(self, optimizer="auto", *args, steps_per_epoch=3750, **kwargs):
+    def compile(
+        self, optimizer="auto", loss="auto", *, steps_per_epoch=3750, **kwargs
+    ):
         """Configures the model for training, with the authors' defaults.
 
         As `CapsNet.compile`: the margin loss (0.9 / 0.1 / 0.5, summed over
@@ -447,16 +375,17 @@ class EfficientCapsNet(CapsuleClassifier):
         Args:
             optimizer: An optimizer, or `"auto"` for the authors' Adam.
                 Defaults to `"auto"`.
-            *args: Other positional arguments of `keras.Model.compile`.
+            loss: A loss on the class capsule lengths, or `"auto"` for
+                `keras_capsules.losses.MarginLoss()`. Defaults to `"auto"`.
             steps_per_epoch: Positive integer, the training steps in an
                 epoch, for the decay of the `"auto"` learning rate.
                 Defaults to `3750`, the steps of 60,000 images at batch 16.
-            **kwargs: Other arguments of `CapsNet.compile` and
-                `keras.Model.compile`.
+            **kwargs: `metrics`, `jit_compile` (as in `CapsNet.compile`)
+                and other arguments of `keras.Model.compile`.
         """
-        if optimizer == "auto":
+        if is_auto(optimizer):
             optimizer = self.default_optimizer(steps_per_epoch)
-        super().compile(optimizer, *args, **kwargs)
+        super().compile(optimizer, loss, **kwargs)
 
     def default_optimizer(self, steps_per_epoch=3750):
         """The optimizer of `compile(optimizer="auto")`: the authors' Adam.
@@ -504,11 +433,15 @@ class EfficientCapsNet(CapsuleClassifier):
             "primary_strides": self.primary_strides,
             "primary_capsule_dim": self.primary_capsule_dim,
             "capsule_dim": self.capsule_dim,
-            "decoder": self.decoder_kind,
+            "decoder_type": self.decoder_type,
             "reconstruction_weight": self.reconstruction_weight,
             "num_objects": self.num_objects,
         }
 
     @classmethod
     def from_config(cls, config):
+        # `.keras` files saved before the argument was renamed.
+        if "decoder" in config:
+            config = dict(config)
+            config["decoder_type"] = config.pop("decoder")
         return cls(**config)

@@ -1,11 +1,11 @@
 """MatrixCapsNet: the EM-routing capsule network of Hinton et al. (2018)."""
 
-import types
-
 import keras
 
 from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_image_size
+from keras_capsules._validation import check_int
 from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
@@ -13,10 +13,10 @@ from keras_capsules.layers.em_class_caps import EMClassCaps
 from keras_capsules.layers.em_conv_caps import EMConvCaps
 from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps
 from keras_capsules.losses.spread_loss import SpreadLoss
-from keras_capsules.models import _official
+from keras_capsules.models._base import CapsuleModel
+from keras_capsules.models._base import is_auto
+from keras_capsules.models._base import read_only_presets
 from keras_capsules.ops import _em_core
-from keras_capsules.ops._backend import resolve_jit_compile
-from keras_capsules.ops._geometry import conv_output_length
 
 # Conv1 is a 5x5 stride-2 valid convolution and the two convolutional
 # capsule layers use 3x3 kernels with strides 2 then 1 (paper, Figure 1).
@@ -24,7 +24,6 @@ _CONV_KERNEL_SIZE = 5
 _CONV_STRIDES = 2
 _CAPS_KERNEL_SIZE = 3
 _CAPS_STRIDES = (2, 1)
-
 
 # A, B, C and D of the paper (Section 5): Conv1 filters, primary capsule
 # types and the capsule types of the two convolutional capsule layers.
@@ -36,26 +35,11 @@ _PRESETS = {
     "small": {"A": 64, "B": 8, "C": 16, "D": 16},
     "tiny": {"A": 8, "B": 4, "C": 4, "D": 4},
 }
-
-
-def _check_geometry(input_shape):
-    """Raises unless every layer keeps at least one position."""
-    size = min(input_shape[:2])
-    size = conv_output_length(size, _CONV_KERNEL_SIZE, _CONV_STRIDES, "valid")
-    for strides in _CAPS_STRIDES:
-        size = conv_output_length(size, _CAPS_KERNEL_SIZE, strides, "valid")
-    if size < 1:
-        # 5x5/2 then 3x3/2 then 3x3/1, all valid: 1 <- 3 <- 7 <- 17.
-        raise ValueError(
-            "The images are too small for MatrixCapsNet: Conv1 (5x5, "
-            "stride 2), ConvCaps1 (3x3, stride 2) and ConvCaps2 (3x3, "
-            "stride 1), all without padding, need a height and width of at "
-            f"least 17. Received: input_shape={input_shape}"
-        )
+_SCHEDULES = ("cosine", "official")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNet(keras.Model):
+class MatrixCapsNet(CapsuleModel):
     """The matrix-capsule network of "Matrix capsules with EM routing".
 
     A ReLU convolution (Conv1: `A` filters, 5x5, stride 2) feeds primary
@@ -67,8 +51,8 @@ class MatrixCapsNet(keras.Model):
     on 32x32 smallNORB crops the grids go 14 -> 14 -> 6 -> 4. The model's
     output is the activation of each class capsule, a probability in
     `(0, 1)`: `predict(x)` returns shape `(batch_size, num_classes)` and
-    the class is its argmax. `class_capsules(x)` also returns the class
-    pose matrices.
+    the class is its argmax. `class_capsules(x)`, a direct call, returns
+    the class pose matrices and activations as tensors.
 
     With the paper's `A = B = C = D = 32` on one-channel 32x32 images the
     model has 316,394 trainable parameters (Conv1 832, PrimaryMatrixCaps
@@ -90,22 +74,31 @@ class MatrixCapsNet(keras.Model):
     * beta_a` term), together with the all-parents normalisation of the
     official code's later path, the network stayed near chance.
 
-    The spread-loss margin is real state: the model owns `spread_margin`,
-    a non-trainable scalar `keras.Variable` that starts at 0.2, and
-    `compile()` shares it with its `keras_capsules.losses.SpreadLoss`, so
-    `keras_capsules.callbacks.SpreadMarginScheduler` can grow it during
-    `fit` on every backend. It is saved with the weights.
+    The spread-loss margin is real state with one owner: the model's
+    `spread_margin`, a non-trainable scalar `keras.Variable` that starts
+    at 0.2. The `keras_capsules.losses.SpreadLoss` of `compile()` reads
+    it, and `keras_capsules.callbacks.SpreadMarginScheduler` assigns it
+    during `fit` on every backend. It is saved with the weights.
 
-    `compile()` without arguments uses the official setting: Adam with a
-    learning rate of 0.01 decayed continuously by 0.96 every 20,000 steps
-    (`keras.optimizers.schedules.ExponentialDecay`), the spread loss (Eq.
-    3, summed over classes as in the paper), and the accuracy of the
+    `compile()` without arguments uses Adam with a learning rate of 0.04
+    decayed to zero over the run by a cosine, whose length it takes from
+    the first `fit` (or `compile(total_steps=...)`); with
+    `compile(schedule="official")` it is the official code's, 0.01
+    decayed continuously by 0.96 every 20,000 steps (see
+    `default_optimizer`). Both use Adam's `epsilon=1e-8`, the spread loss
+    (Eq. 3, summed over classes as in the paper) and the accuracy of the
     argmax. The official weight decay, `2e-7 * sum(w ** 2) / 2` added to
     the loss for every kernel (not the biases, `beta_v` or `beta_a`), is
     the model's `weight_decay` argument: an `L2(weight_decay / 2)` kernel
     regularizer on each layer, the exact equivalent. (`AdamW`'s decoupled
     decay would not pass through Adam's normalisation as the official
     coupled decay does.)
+
+    `MatrixCapsNet.from_preset(name, **kwargs)` builds the networks of
+    `MatrixCapsNet.presets`: `"full"` (the paper's, A=B=C=D=32),
+    `"small"` (the paper's small network, A=64, B=8, C=D=16) and `"tiny"`
+    (A=8, B=4, C=D=4, for quick checks); arguments given override the
+    preset's.
 
     See Hinton, Sabour & Frosst, "Matrix capsules with EM routing"
     (ICLR 2018), Figure 1.
@@ -121,8 +114,9 @@ class MatrixCapsNet(keras.Model):
         C: Integer, the capsule types of ConvCaps1. Defaults to `32`.
         D: Integer, the capsule types of ConvCaps2. Defaults to `32`.
         routing_iterations: Integer, the EM iterations of every routed
-            layer. Defaults to `2` (the paper uses 3, which learned far
-            more slowly here; see docs/em_routing.md).
+            layer, checked by the layers. Defaults to `2` (the paper uses
+            3, which learned far more slowly here; see
+            docs/em_routing.md).
         coordinate_addition: Boolean, whether the class capsules add the
             position of each input capsule to its votes. Defaults to
             `True`.
@@ -150,7 +144,7 @@ class MatrixCapsNet(keras.Model):
     >>> model = keras_capsules.models.MatrixCapsNet.from_preset(
     ...     "tiny", input_shape=(24, 24, 1), num_classes=5
     ... )
-    >>> model.compile()  # Adam 0.01 x0.96 / 20k steps, SpreadLoss, accuracy.
+    >>> model.compile()  # Adam 0.04, cosine over the fit, SpreadLoss.
     >>> x = np.random.rand(8, 24, 24, 1).astype("float32")
     >>> y = np.eye(5, dtype="float32")[np.arange(8) % 5]
     >>> scheduler = keras_capsules.callbacks.SpreadMarginScheduler(
@@ -162,7 +156,7 @@ class MatrixCapsNet(keras.Model):
     >>> model.predict(x, verbose=0).shape
     (8, 5)
     >>> poses, activations = model.class_capsules(x)
-    >>> poses.shape, activations.shape
+    >>> tuple(poses.shape), tuple(activations.shape)
     ((8, 5, 4, 4), (8, 5))
 
     Reference:
@@ -172,43 +166,7 @@ class MatrixCapsNet(keras.Model):
     """
 
     # Read-only: name -> {"A": ..., "B": ..., "C": ..., "D": ...}.
-    presets = types.MappingProxyType(
-        {
-            name: types.MappingProxyType(sizes)
-            for name, sizes in _PRESETS.items()
-        }
-    )
-
-    @classmethod
-    def from_preset(cls, preset, **kwargs):
-        """Builds a MatrixCapsNet with the layer sizes of a named preset.
-
-        Args:
-            preset: `"full"` (the paper's network, A=B=C=D=32), `"small"`
-                (the paper's small network, A=64, B=8, C=D=16) or `"tiny"`
-                (A=8, B=4, C=D=4, for quick checks). `MatrixCapsNet.presets`
-                maps each name to its sizes.
-            **kwargs: Any other argument of `MatrixCapsNet`, such as
-                `input_shape` or `num_classes`; `A`, `B`, `C` and `D`
-                given here override the preset's.
-
-        Returns:
-            An uncompiled `MatrixCapsNet`.
-
-        Raises:
-            ValueError: If `preset` is not one of the names above.
-
-        Example:
-
-        >>> import keras_capsules
-        >>> model = keras_capsules.models.MatrixCapsNet.from_preset(
-        ...     "small", input_shape=(28, 28, 1), num_classes=10
-        ... )
-        >>> model.A, model.B, model.C, model.D
-        (64, 8, 16, 16)
-        """
-        check_option(preset, "preset", tuple(_PRESETS))
-        return cls(**{**_PRESETS[preset], **kwargs})
+    presets = read_only_presets(_PRESETS)
 
     def __init__(
         self,
@@ -230,12 +188,20 @@ class MatrixCapsNet(keras.Model):
             ("B", B),
             ("C", C),
             ("D", D),
-            ("routing_iterations", routing_iterations),
         ):
             check_positive_int(value, name)
         check_bool(coordinate_addition, "coordinate_addition")
         check_non_negative_number(weight_decay, "weight_decay")
-        _check_geometry(input_shape)
+        # 5x5/2 then 3x3/2 then 3x3/1, all valid: 1 <- 3 <- 7 <- 17.
+        check_image_size(
+            input_shape,
+            [
+                ("Conv1", _CONV_KERNEL_SIZE, _CONV_STRIDES),
+                ("ConvCaps1", _CAPS_KERNEL_SIZE, _CAPS_STRIDES[0]),
+                ("ConvCaps2", _CAPS_KERNEL_SIZE, _CAPS_STRIDES[1]),
+            ],
+            "MatrixCapsNet",
+        )
 
         # === Layers ===
         # Held in locals until the functional model exists: the PyTorch
@@ -332,100 +298,125 @@ class MatrixCapsNet(keras.Model):
         optimizer="auto",
         loss="auto",
         *,
-        metrics="auto",
-        jit_compile="auto",
+        schedule="cosine",
+        total_steps=None,
         **kwargs,
     ):
-        """Configures the model for training, with the official defaults.
+        """Configures the model for training.
 
-        A `SpreadLoss`, whether the default or passed in, is wired to the
-        model's `spread_margin` variable: the variable takes the loss's
-        current margin and the loss then reads the variable, which is what
-        `SpreadMarginScheduler` assigns.
+        A `SpreadLoss`, whether the default or passed in, reads the
+        model's `spread_margin` variable: a given loss's margin becomes the
+        variable's value, and the loss then reads the variable, which is
+        what `SpreadMarginScheduler` assigns.
 
         Args:
-            optimizer: An optimizer, or `"auto"` for Adam with
-                `keras.optimizers.schedules.ExponentialDecay(0.01,
-                decay_steps=20000, decay_rate=0.96)`, the official decay,
-                and the official `epsilon=1e-8` (Keras' default is 1e-7).
-                For a run of known length, Adam with
-                `keras.optimizers.schedules.CosineDecay(0.04, total_steps)`
-                learned faster (docs/em_routing.md). Defaults to
+            optimizer: An optimizer, or `"auto"` for
+                `default_optimizer(schedule, total_steps)`. Defaults to
                 `"auto"`.
             loss: A loss on the class activations, or `"auto"` for
                 `keras_capsules.losses.SpreadLoss` reading
                 `self.spread_margin`. Defaults to `"auto"`.
-            metrics: A list of metrics, or `"auto"` for
-                `[keras.metrics.CategoricalAccuracy(name="accuracy")]`.
-                Defaults to `"auto"`.
-            jit_compile: Boolean or `"auto"`. `"auto"` compiles the train
-                step with XLA on TensorFlow and JAX, which Keras' own
-                `"auto"` does not do for TensorFlow on a machine without
-                a GPU, and leaves PyTorch eager, as Keras does
-                (docs/performance.md). Defaults to `"auto"`.
-            **kwargs: Other arguments of `keras.Model.compile`.
+            schedule: The learning-rate schedule of the `"auto"`
+                optimizer, `"cosine"` or `"official"`; see
+                `default_optimizer`. Defaults to `"cosine"`.
+            total_steps: Positive integer, the training steps over which
+                the `"cosine"` schedule decays, or `None` to take them
+                from the first `fit` of the model. Defaults to `None`.
+            **kwargs: `metrics` (`"auto"` for the accuracy of the argmax),
+                `jit_compile` (`"auto"` for XLA on TensorFlow and JAX, as
+                in `CapsNet.compile`) and other arguments of
+                `keras.Model.compile`.
         """
-        jit_compile = resolve_jit_compile(
-            self, jit_compile, kwargs.get("run_eagerly")
-        )
-        if isinstance(optimizer, str) and optimizer == "auto":
-            optimizer = keras.optimizers.Adam(
-                learning_rate=keras.optimizers.schedules.ExponentialDecay(
-                    _official.LEARNING_RATE,
-                    decay_steps=_official.DECAY_STEPS,
-                    decay_rate=_official.DECAY_RATE,
-                ),
-                epsilon=_official.ADAM_EPSILON,
-            )
-        if isinstance(loss, str) and loss == "auto":
-            loss = SpreadLoss(margin=self.spread_margin)
-        elif isinstance(loss, SpreadLoss):
-            if loss.margin is not self.spread_margin:
-                self.spread_margin.assign(loss.margin.value)
-                loss.margin = self.spread_margin
-        if isinstance(metrics, str) and metrics == "auto":
-            metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
-        super().compile(
-            optimizer=optimizer,
-            loss=loss,
-            metrics=metrics,
-            jit_compile=jit_compile,
-            **kwargs,
-        )
+        if is_auto(optimizer):
+            optimizer = self.default_optimizer(schedule, total_steps)
+        if isinstance(loss, SpreadLoss) and loss.margin is not (
+            self.spread_margin
+        ):
+            self.spread_margin.assign(loss.margin.value)
+            loss.margin = self.spread_margin
+        super().compile(optimizer, loss, **kwargs)
 
-    def compile_from_config(self, config):
-        # Keras skips recompiling models that override `compile`, so the
-        # saved optimizer, loss (with its margin) and metrics are restored
-        # here.
-        config = keras.saving.deserialize_keras_object(config)
-        # The backend that loads the model picks its own default.
-        config.pop("jit_compile", None)
-        self.compile(**config)
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
+    def default_optimizer(self, schedule="cosine", total_steps=None):
+        """The optimizer of `compile(optimizer="auto")`.
 
-    def class_capsules(self, x, batch_size=None):
-        """Returns the pose matrices and activations of the class capsules.
+        Both schedules use Adam with the `epsilon=1e-8` of the official
+        code's TensorFlow 1 Adam (Keras' default is 1e-7), which damps the
+        steps of the many transform entries whose gradients are that small
+        (docs/design/em_routing_defaults.md).
 
-        Runs like `predict`, in compiled batches, on a model that shares
-        this model's layers and weights and also outputs the class poses.
+        - `"cosine"`: a learning rate of 0.04 decayed to zero over the run,
+          `keras.optimizers.schedules.CosineDecay(0.04, total_steps)`.
+          It learned faster than the official setting in runs of one
+          epoch on MNIST (docs/em_routing.md), and needs the run's length.
+        - `"official"`: the official code's (google-research, capsule_em
+          `experiment.py` and `model.py`), a learning rate of 0.01
+          decayed continuously by 0.96 every 20,000 steps,
+          `keras.optimizers.schedules.ExponentialDecay(0.01,
+          decay_steps=20000, decay_rate=0.96)`, with batches of 64.
 
         Args:
-            x: Images of shape `(num_images, height, width, channels)`.
-            batch_size: Integer, the images per batch. Defaults to `None`,
-                which means 32 as in `predict`.
+            schedule: `"cosine"` or `"official"`. Defaults to `"cosine"`.
+            total_steps: Positive integer, the steps of the `"cosine"`
+                decay, or `None`: the first `fit` of this model, once
+                compiled with the optimizer, sets them to its `(epochs -
+                initial_epoch) * steps_per_epoch`, with `steps_per_epoch`
+                as given to `fit` or counted from its data (batches of an
+                array, or `len(x)` for a `keras.utils.PyDataset` or any
+                other `x` of finite length). Ignored by `"official"`.
+                Defaults to `None`.
 
         Returns:
-            A tuple `(poses, activations)` of NumPy arrays: poses of shape
-            `(num_images, num_classes, 4, 4)` and activations of shape
-            `(num_images, num_classes)`, the latter what `predict`
-            returns.
+            A `keras.optimizers.Adam`.
+
+        Raises:
+            ValueError: If `schedule` is unknown or `total_steps` is not a
+                positive integer.
         """
-        class_poses = self.class_caps.output[0]
-        capsule_model = keras.Model(self.inputs, [class_poses, self.outputs[0]])
-        poses, activations = capsule_model.predict(
-            x, batch_size=batch_size, verbose=0
+        check_option(schedule, "schedule", _SCHEDULES)
+        total_steps = check_int(
+            total_steps, "total_steps", minimum=1, allow_none=True
         )
+        if schedule == "official":
+            learning_rate = keras.optimizers.schedules.ExponentialDecay(
+                0.01, decay_steps=20000, decay_rate=0.96
+            )
+        else:
+            learning_rate = keras.optimizers.schedules.CosineDecay(
+                0.04, total_steps or 1
+            )
+        optimizer = keras.optimizers.Adam(learning_rate, epsilon=1e-8)
+        if schedule == "cosine" and total_steps is None:
+            self.size_on_first_fit(
+                optimizer, learning_rate, {"schedule": "cosine"}
+            )
+        return optimizer
+
+    def default_loss(self):
+        """The loss of `compile(loss="auto")`: the paper's spread loss
+        (Eq. 3, summed over classes), `SpreadLoss(margin=spread_margin)`."""
+        return SpreadLoss(margin=self.spread_margin)
+
+    def class_capsules(self, x, training=False):
+        """Returns the pose matrices and activations of the class capsules.
+
+        Args:
+            x: Images of shape `(batch_size, height, width, channels)`.
+            training: Python boolean, whether to run in training mode.
+                Defaults to `False`.
+
+        Returns:
+            A tuple `(poses, activations)` of tensors: poses of shape
+            `(batch_size, num_classes, 4, 4)` and activations of shape
+            `(batch_size, num_classes)`, the latter what `predict`
+            returns. As for every model of `keras_capsules.models`, one
+            direct call on the whole of `x`: pass batches of a size that
+            fits in memory.
+        """
+        x = self.conv1(x, training=training)
+        x = self.primary_caps(x, training=training)
+        x = self.conv_caps1(x, training=training)
+        x = self.conv_caps2(x, training=training)
+        poses, activations = self.class_caps(x, training=training)
         return poses, activations
 
     def get_config(self):
@@ -442,7 +433,3 @@ class MatrixCapsNet(keras.Model):
             "coordinate_addition": self.coordinate_addition,
             "weight_decay": self.weight_decay,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -259,11 +259,18 @@ class SchedulerFitTest(TestCase):
         self.assertAllClose(model.loss.margin, 0.9)
 
     @parameterized.named_parameters(
-        ("linear", "linear"), ("sigmoid", "sigmoid")
+        # The functional model does not track the loss's variable: the
+        # scheduler has its steps traced again.
+        ("linear_functional", "linear", False),
+        ("sigmoid_owned", "sigmoid", True),
     )
-    def test_batch_updates_reach_the_compiled_loss(self, schedule):
+    def test_batch_updates_reach_the_compiled_loss(self, schedule, owned):
         x, y = _constant_data()
-        model = _functional_model()
+        if owned:
+            model = MarginOwnerModel()
+            _compile(model, SpreadLoss(margin=model.spread_margin))
+        else:
+            model = _functional_model()
         scheduler = SpreadMarginScheduler(
             schedule, ramp_steps=9, update_freq="batch"
         )
@@ -325,17 +332,24 @@ class SchedulerFitTest(TestCase):
         )
         self.assertAllClose(model.spread_margin, 0.9)
 
-    def test_tracks_the_loss_variable_without_adding_layers(self):
+    def test_assigns_the_loss_variable_without_adding_state(self):
+        x, y = _constant_data()
         model = _functional_model()
         layers = [layer.name for layer in model.layers]
-        scheduler = SpreadMarginScheduler()
-        scheduler.set_model(model)
-        self.assertTrue(
+        num_variables = len(model.variables)
+        model.fit(
+            x,
+            y,
+            epochs=1,
+            verbose=0,
+            callbacks=[SpreadMarginScheduler(initial_margin=0.4)],
+        )
+        self.assertAllClose(model.loss.margin, 0.4)
+        self.assertEqual([layer.name for layer in model.layers], layers)
+        self.assertLen(model.variables, num_variables)
+        self.assertFalse(
             any(v is model.loss.margin for v in model.non_trainable_variables)
         )
-        self.assertEqual([layer.name for layer in model.layers], layers)
-        scheduler.set_model(model)
-        self.assertLen(model.non_trainable_variables, 1)
 
     def test_verbose_prints_the_margin(self):
         x, y = _constant_data()
@@ -362,14 +376,24 @@ class SchedulerFitTest(TestCase):
                 x, y, epochs=1, verbose=0, callbacks=[SpreadMarginScheduler()]
             )
 
-    def test_sequential_model_is_refused(self):
+    def test_sequential_model(self):
         x, y = _constant_data()
         model = keras.Sequential([keras.Input((1,)), _constant_layer()])
-        model.compile(optimizer="sgd", loss=SpreadLoss())
+        _compile(model, SpreadLoss())
+        scheduler = SpreadMarginScheduler(ramp_epochs=1, update_freq="epoch")
+        history = model.fit(
+            x, y, batch_size=8, epochs=2, callbacks=[scheduler], verbose=0
+        )
+        self.assertAllClose(
+            np.sqrt(history.history["loss"]), np.array([0.2, 0.9]), atol=1e-6
+        )
+
+    def test_owned_margin_must_be_the_loss_margin(self):
+        x, y = _constant_data()
+        model = _compile(MarginOwnerModel(), SpreadLoss())
         with self.assertRaisesRegex(
             ValueError,
-            r"cannot make the model track.*Received: "
-            r"model=Sequential\(name=",
+            r"SpreadLoss\(margin=model.spread_margin\)\. Received: loss=",
         ):
             model.fit(
                 x, y, epochs=1, verbose=0, callbacks=[SpreadMarginScheduler()]
@@ -390,8 +414,7 @@ class SchedulerStateTest(TestCase):
         )
         path = os.path.join(self.get_temp_dir(), "model.keras")
         model.save(path)
-        # A plain functional model: the margin holder is not part of it,
-        # and loading must not trip over its saved variable.
+        # The loss's margin comes back through its config.
         loaded = keras.models.load_model(path)
         self.assertIsInstance(loaded.loss, SpreadLoss)
         self.assertAllClose(loaded.loss.margin, 0.2 + 0.7 * 7 / 16)

@@ -8,7 +8,7 @@ above chance (10 %).
 
 from keras_capsules.models import CapsNet
 from keras_capsules.testing import TestCase
-from tests.models.matrix_capsnet_learning_test import accuracy_after_training
+from tests.models.learning import accuracy_after_training
 
 _BAR = 0.5
 

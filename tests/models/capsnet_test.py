@@ -156,7 +156,7 @@ class CapsNetTest(TestCase):
     def test_fit_evaluate_save_load(self):
         model = CapsNet(**SMALL_CONFIG)
         # Paper optimizer and loss; XLA on TensorFlow (JAX always jits).
-        model.compile(jit_compile=keras.backend.backend() != "torch")
+        model.compile()
         self.assertIsInstance(model.loss, MarginLoss)
         x, y = _data(8)
         decoder_before = [_numpy(w) for w in model.decoder.weights]
@@ -413,6 +413,13 @@ class CapsNetTest(TestCase):
         config = dict(SMALL_CONFIG, **kwargs)
         with self.assertRaisesRegex(ValueError, pattern):
             CapsNet(**config)
+
+    def test_has_no_presets(self):
+        self.assertEqual(dict(CapsNet.presets), {})
+        with self.assertRaisesRegex(
+            ValueError, "CapsNet has no presets.*Received: preset='mnist'"
+        ):
+            CapsNet.from_preset("mnist")
 
     @pytest.mark.large
     def test_tensorflow_file_loads_on_jax(self):

@@ -10,7 +10,7 @@ import keras
 
 from keras_capsules.models import EfficientCapsNet
 from keras_capsules.testing import TestCase
-from tests.models.matrix_capsnet_learning_test import accuracy_after_training
+from tests.models.learning import accuracy_after_training
 
 _BAR = 0.5
 

@@ -1,4 +1,6 @@
+import math
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -29,6 +31,30 @@ def _data(batch=8, seed=0):
     x = rng.uniform(0.0, 1.0, size=(batch,) + _TINY["input_shape"])
     y = np.eye(5, dtype="float32")[np.arange(batch) % 5]
     return x.astype("float32"), y
+
+
+class _Batches(keras.utils.PyDataset):
+    def __init__(self, x, y, batch_size):
+        super().__init__()
+        self.x, self.y, self.batch_size = x, y, batch_size
+
+    def __len__(self):
+        return math.ceil(len(self.x) / self.batch_size)
+
+    def __getitem__(self, index):
+        batch = slice(index * self.batch_size, (index + 1) * self.batch_size)
+        return self.x[batch], self.y[batch]
+
+
+class _Stopped(Exception):
+    pass
+
+
+class _StopBeforeTraining(keras.callbacks.Callback):
+    """Ends `fit` after it has sized the schedule, before any step."""
+
+    def on_train_begin(self, logs=None):
+        raise _Stopped
 
 
 class MatrixCapsNetTest(TestCase):
@@ -96,22 +122,31 @@ class MatrixCapsNetTest(TestCase):
         self.assertAllFinite(activations)
         self.assertTrue(np.all((activations >= 0) & (activations <= 1)))
         poses, class_activations = model.class_capsules(x)
-        self.assertEqual(poses.shape, (3, 5, 4, 4))
+        self.assertEqual(tuple(poses.shape), (3, 5, 4, 4))
         self.assertAllFinite(poses)
         self.assertAllClose(class_activations, activations, atol=1e-6)
 
-    def test_compile_defaults_are_the_official_setting(self):
+    def _decay_steps(self, model):
+        return model.optimizer.get_config()["learning_rate"]["config"][
+            "decay_steps"
+        ]
+
+    def _start_fit(self, model, *args, **kwargs):
+        with self.assertRaises(_Stopped):
+            model.fit(
+                *args, verbose=0, callbacks=[_StopBeforeTraining()], **kwargs
+            )
+
+    def test_compile_default_is_a_cosine_over_the_first_fit(self):
         model = MatrixCapsNet(**_TINY)
         model.compile()
         self.assertIsInstance(model.optimizer, keras.optimizers.Adam)
         schedule = model.optimizer.get_config()["learning_rate"]
-        self.assertEqual(schedule["class_name"], "ExponentialDecay")
-        config = schedule["config"]
-        self.assertAlmostEqual(config["initial_learning_rate"], 0.01)
-        self.assertEqual(config["decay_steps"], 20000)
-        self.assertAlmostEqual(config["decay_rate"], 0.96)
-        self.assertFalse(config["staircase"])
-        self.assertAllClose(model.optimizer.learning_rate, 0.01)
+        self.assertEqual(schedule["class_name"], "CosineDecay")
+        self.assertAlmostEqual(
+            schedule["config"]["initial_learning_rate"], 0.04
+        )
+        self.assertEqual(schedule["config"]["alpha"], 0.0)
         # TensorFlow 1's Adam epsilon, as in the official code.
         self.assertEqual(model.optimizer.epsilon, 1e-8)
         self.assertIsInstance(model.loss, SpreadLoss)
@@ -119,6 +154,121 @@ class MatrixCapsNetTest(TestCase):
         self.assertTrue(
             any(v is model.spread_margin for v in model.non_trainable_variables)
         )
+        x, y = _data(10)
+        # ceil(10 / 4) = 3 steps per epoch, for 2 epochs.
+        model.fit(x, y, batch_size=4, epochs=2, verbose=0)
+        self.assertEqual(self._decay_steps(model), 6)
+        # Later fits keep the length of the first.
+        self._start_fit(model, x, y, batch_size=2, epochs=3)
+        self.assertEqual(self._decay_steps(model), 6)
+
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        model.save(path)
+        loaded = keras.models.load_model(path)
+        self.assertEqual(self._decay_steps(loaded), 6)
+        self._start_fit(loaded, x, y, batch_size=5, epochs=1)
+        self.assertEqual(self._decay_steps(loaded), 6)
+
+    @parameterized.named_parameters(
+        ("batch_size_32", {"epochs": 2}, 2),
+        (
+            "initial_epoch",
+            {"epochs": 3, "initial_epoch": 1, "batch_size": 4},
+            6,
+        ),
+        ("steps_per_epoch", {"epochs": 2, "steps_per_epoch": 2}, 4),
+        ("validation_split", {"batch_size": 2, "validation_split": 0.25}, 4),
+    )
+    def test_cosine_length_from_fit_arguments(self, fit_kwargs, expected):
+        model = MatrixCapsNet(**_TINY)
+        model.compile()
+        x, y = _data(10)
+        if "steps_per_epoch" in fit_kwargs:
+            self._start_fit(model, _Batches(x, y, batch_size=5), **fit_kwargs)
+        else:
+            self._start_fit(model, x, y, **fit_kwargs)
+        self.assertEqual(self._decay_steps(model), expected)
+
+    def test_cosine_length_from_a_py_dataset(self):
+        model = MatrixCapsNet(**_TINY)
+        model.compile()
+        x, y = _data(10)
+        self._start_fit(model, _Batches(x, y, batch_size=4), epochs=2)
+        self.assertEqual(self._decay_steps(model), 6)
+
+    def test_explicit_total_steps(self):
+        model = MatrixCapsNet(**_TINY)
+        model.compile(total_steps=100)
+        x, y = _data(4)
+        model.train_on_batch(x, y)
+        self.assertAllClose(
+            model.optimizer.learning_rate,
+            0.02 * (1 + np.cos(np.pi / 100)),
+            rtol=1e-5,
+        )
+        self._start_fit(model, x, y, batch_size=2, epochs=1)
+        self.assertEqual(self._decay_steps(model), 100)
+
+    def test_official_schedule(self):
+        model = MatrixCapsNet(**_TINY)
+        model.compile(schedule="official")
+        schedule = model.optimizer.get_config()["learning_rate"]
+        self.assertEqual(schedule["class_name"], "ExponentialDecay")
+        config = schedule["config"]
+        self.assertAlmostEqual(config["initial_learning_rate"], 0.01)
+        self.assertEqual(config["decay_steps"], 20000)
+        self.assertAlmostEqual(config["decay_rate"], 0.96)
+        self.assertFalse(config["staircase"])
+        self.assertEqual(model.optimizer.epsilon, 1e-8)
+        x, y = _data(4)
+        model.train_on_batch(x, y)
+        self.assertAllClose(
+            model.optimizer.learning_rate, 0.01 * 0.96 ** (1 / 20000)
+        )
+
+    def test_unknown_run_length_is_refused(self):
+        model = MatrixCapsNet(**_TINY)
+        model.compile()
+        x, y = _data(4)
+
+        def batches():
+            while True:
+                yield x, y
+
+        pattern = r"Pass total_steps= to compile\(\) or steps_per_epoch="
+        with self.assertRaisesRegex(ValueError, pattern + r".*x=generator"):
+            model.fit(batches(), epochs=1, verbose=0)
+        with self.assertRaisesRegex(ValueError, pattern):
+            model.train_on_batch(x, y)
+        with self.assertRaisesRegex(ValueError, "Received: schedule=step"):
+            model.compile(schedule="step")
+        with self.assertRaisesRegex(ValueError, "Received: total_steps=0"):
+            model.compile(total_steps=0)
+
+    def test_other_optimizer_needs_no_run_length(self):
+        model = MatrixCapsNet(**_TINY)
+        model.compile()
+        model.compile(optimizer=keras.optimizers.SGD(0.0))
+        x, y = _data(4)
+        self._start_fit(model, x, y, batch_size=2, epochs=1)
+        self.assertIsNone(model._unsized_schedule)
+        # The default optimizer passed in is sized like compile()'s own.
+        model.compile(optimizer=model.default_optimizer())
+        self._start_fit(model, x, y, batch_size=2, epochs=3)
+        self.assertEqual(self._decay_steps(model), 6)
+
+    def test_saved_before_fit_takes_the_length_of_its_first_fit(self):
+        model = MatrixCapsNet(**_TINY)
+        model.compile()
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        model.save(path)
+        with warnings.catch_warnings():
+            # Keras warns that the unbuilt optimizer saved no slots.
+            warnings.simplefilter("ignore")
+            loaded = keras.models.load_model(path)
+        x, y = _data(6)
+        self._start_fit(loaded, x, y, batch_size=2, epochs=2)
+        self.assertEqual(self._decay_steps(loaded), 6)
 
     def test_compile_wires_a_given_spread_loss(self):
         model = MatrixCapsNet(**_TINY)
@@ -321,7 +471,7 @@ class MatrixCapsNetTest(TestCase):
     @pytest.mark.large
     def test_fit_with_xla(self):
         model = MatrixCapsNet(**_TINY)
-        model.compile(jit_compile=keras.backend.backend() != "torch")
+        model.compile()
         x, y = _data()
         history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
         self.assertTrue(np.isfinite(history.history["loss"][0]))
