@@ -1,14 +1,14 @@
 """Time of the EM M-step's weighted sum over the children, by slice count.
 
 EM routing sums `weights * votes` over the children of every parent many
-times per step (`keras_capsules/ops/_em_reductions.py`). With XLA on CPU the
+times per step (`keras_capsules/ops/_reductions.py`). With XLA on CPU the
 sum is written as slice additions followed by one `reduce`, and how many
 slices it takes decides whether XLA vectorises it: this script times that
 one sum, jit-compiled, for vote tensors in the layout EMConvCaps' votes
-take with XLA (`keras_capsules/ops/_layout.py`), `(children, batch,
+take with XLA (`keras_capsules/ops/em/_vote_layouts.py`), `(children, batch,
 positions, 4, num_out, 4)`, with the weights broadcast over the pose, for
 each slice count of `--slices` (`auto` is the count the library picks,
-`_em_reductions.chunk_count`). It prints the median of `--steps` calls
+`_reductions.chunk_count`). It prints the median of `--steps` calls
 after one warm-up call, and writes JSON with the
 environment if asked.
 
@@ -25,7 +25,7 @@ import keras
 import numpy as np
 
 from benchmarks import common
-from keras_capsules.ops import _em_reductions
+from keras_capsules.ops.em import _reductions
 
 
 def parse_args(argv=None):
@@ -66,7 +66,7 @@ def time_sum(children, positions, num_out, slices, batch, steps):
     weights = rng.random((children, batch, positions, 1, num_out, 1))
     votes = keras.ops.convert_to_tensor(votes.astype("float32"))
     weights = keras.ops.convert_to_tensor(weights.astype("float32"))
-    fn = _jit(lambda w, v: _em_reductions.sliced_sum(w * v, 0, slices))
+    fn = _jit(lambda w, v: _reductions.sliced_sum(w * v, 0, slices))
     keras.ops.convert_to_numpy(fn(weights, votes))
     times = []
     for _ in range(steps):
@@ -84,7 +84,7 @@ def main(argv=None):
         for text in args.slices.split(","):
             auto = text == "auto"
             if auto:
-                slices = _em_reductions.chunk_count(children)
+                slices = _reductions.chunk_count(children)
             else:
                 slices = int(text)
             if children % slices:

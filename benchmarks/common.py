@@ -183,6 +183,18 @@ TORCH_COMPILE_CONFIG = {
 TORCH_PARTITIONER_CONFIG = {"activation_memory_budget": 0.5}
 
 
+def official_matrix_optimizer():
+    """Adam with the official code's schedule, as
+    `MatrixCapsNet.compile(schedule="official")` builds it: 0.01 decayed
+    continuously by 0.96 every 20,000 steps, `epsilon=1e-8`."""
+    return keras.optimizers.Adam(
+        learning_rate=keras.optimizers.schedules.ExponentialDecay(
+            0.01, decay_steps=20000, decay_rate=0.96
+        ),
+        epsilon=1e-8,
+    )
+
+
 def configure_torch_compile():
     """Applies `TORCH_COMPILE_CONFIG` to `torch._dynamo.config` and
     `TORCH_PARTITIONER_CONFIG` to `torch._functorch.config`."""

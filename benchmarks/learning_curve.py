@@ -48,10 +48,10 @@ import keras
 import numpy as np
 
 import keras_capsules
+from benchmarks import common
 from benchmarks.common import MATRIX_CAPSNET_CONFIGS
 from benchmarks.common import environment
 from keras_capsules.datasets import mnist
-from keras_capsules.models import _official
 from keras_capsules.ops.em import _core as em_core
 
 
@@ -193,19 +193,6 @@ def with_overrides(model, overrides):
     return keras.models.clone_model(model, clone_function=rebuild)
 
 
-def official_optimizer():
-    """Adam with the official decayed learning rate, as
-    `MatrixCapsNet.compile()` builds it by default."""
-    return keras.optimizers.Adam(
-        learning_rate=keras.optimizers.schedules.ExponentialDecay(
-            _official.LEARNING_RATE,
-            decay_steps=_official.DECAY_STEPS,
-            decay_rate=_official.DECAY_RATE,
-        ),
-        epsilon=_official.ADAM_EPSILON,
-    )
-
-
 def build_model(args):
     if args.model == "capsnet":
         model = keras_capsules.models.CapsNet(
@@ -231,7 +218,7 @@ def build_model(args):
                     model.class_caps.name: class_kwargs,
                 },
             )
-        optimizer = official_optimizer()
+        optimizer = common.official_matrix_optimizer()
         if args.learning_rate is not None:
             optimizer = keras.optimizers.Adam(args.learning_rate)
         model.compile(

@@ -34,8 +34,8 @@ normalisation (see `keras_capsules.ops.em_conv_routing`).
 `copy_weights()` moves a `MatrixCapsNet`'s weights into it.
 
 This module is benchmark code, not part of the package: it is not
-registered for saving and is not tested under `tests/`; `python -m
-benchmarks.run --check` compares it with `EMConvCaps`.
+registered for saving; `tests/benchmarks/naive_em_test.py` checks it
+against `EMConvCaps`.
 
 Usage:
     from benchmarks import naive_em
@@ -50,12 +50,10 @@ import numpy as np
 from keras import ops
 
 import keras_capsules
-
-# The official training setting, taken from where `MatrixCapsNet.compile()`
-# reads it; the margin of the spread loss stays at its starting value.
-from keras_capsules.models import _official
+from benchmarks import common
 from keras_capsules.ops.em import _core as em_core
 
+# The margin of the spread loss stays at its starting value.
 _SPREAD_MARGIN = 0.2
 
 
@@ -289,13 +287,7 @@ def compile_like_matrix_capsnet(model, **kwargs):
     (such as `jit_compile`) go to `keras.Model.compile`.
     """
     model.compile(
-        optimizer=keras.optimizers.Adam(
-            learning_rate=keras.optimizers.schedules.ExponentialDecay(
-                _official.LEARNING_RATE,
-                decay_steps=_official.DECAY_STEPS,
-                decay_rate=_official.DECAY_RATE,
-            )
-        ),
+        optimizer=common.official_matrix_optimizer(),
         loss=keras_capsules.losses.SpreadLoss(margin=_SPREAD_MARGIN),
         metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
         **kwargs,

@@ -16,7 +16,7 @@ from keras_capsules.losses.spread_loss import SpreadLoss
 from keras_capsules.models._base import CapsuleModel
 from keras_capsules.models._base import is_auto
 from keras_capsules.models._base import read_only_presets
-from keras_capsules.ops import _em_core
+from keras_capsules.ops.em import _core as em_core
 
 # Conv1 is a 5x5 stride-2 valid convolution and the two convolutional
 # capsule layers use 3x3 kernels with strides 2 then 1 (paper, Figure 1).
@@ -176,7 +176,7 @@ class MatrixCapsNet(CapsuleModel):
         B=32,
         C=32,
         D=32,
-        routing_iterations=_em_core.DEFAULTS.iterations,
+        routing_iterations=em_core.DEFAULTS.iterations,
         coordinate_addition=True,
         weight_decay=2e-7,
         **kwargs,
