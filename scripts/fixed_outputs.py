@@ -209,7 +209,17 @@ def _model_outputs():
     )
     out["matrix_capsnet_predict"] = matrix.predict(images, verbose=0)
     out["matrix_capsnet_class_capsules"] = matrix.class_capsules(images)
-    matrix.compile(jit_compile=keras.backend.backend() != "torch")
+    # The official schedule, explicitly: `compile()`'s default schedule
+    # needs the length of a `fit`, and this step is a `train_on_batch`.
+    matrix.compile(
+        optimizer=keras.optimizers.Adam(
+            keras.optimizers.schedules.ExponentialDecay(
+                0.01, decay_steps=20000, decay_rate=0.96
+            ),
+            epsilon=1e-8,
+        ),
+        jit_compile=keras.backend.backend() != "torch",
+    )
     out["matrix_capsnet_step"] = [
         np.asarray(matrix.train_on_batch(images, labels))
     ]

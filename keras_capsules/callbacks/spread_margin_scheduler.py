@@ -1,6 +1,7 @@
 """A callback that grows the spread-loss margin during training."""
 
 import math
+import warnings
 
 import keras
 from keras import ops
@@ -9,6 +10,7 @@ from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_number
 from keras_capsules.losses.spread_loss import SpreadLoss
+from keras_capsules.ops._backend import freezes_untracked_variables
 
 _SCHEDULES = ("linear", "sigmoid")
 _UPDATE_FREQS = ("batch", "epoch")
@@ -73,11 +75,11 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
     schedule at every update, so a resumed run (`BackupAndRestore`, or a
     reloaded model whose optimizer kept its step) continues the schedule.
     A compiled JAX step reads only the variables the model tracks, and
-    any other value is frozen when the step is traced: for a model that
-    does not track the loss's variable (a functional model), the callback
-    makes `fit` trace the train and test steps again whenever it changes
-    the margin. That is cheap once per epoch; for updates at every step,
-    let the model own the variable.
+    any other value is frozen when the step is traced: on JAX, for a model
+    that does not track the loss's variable (a functional model), the
+    callback makes `fit` trace the train and test steps again whenever it
+    changes the margin. That is cheap once per epoch; for updates at every
+    step, let the model own the variable (the callback warns otherwise).
 
     Schedules, with `progress = position / ramp` where the position is
     the global step (`optimizer.iterations`, so resumed training picks up
@@ -219,10 +221,19 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
                 f"Received: loss={getattr(self.model, 'loss', None)!r}"
             )
         tracked = self.model.non_trainable_variables
-        self._retrace = not all(
+        self._retrace = freezes_untracked_variables() and not all(
             any(margin is variable for variable in tracked)
             for margin in self._margins
         )
+        if self._retrace and self.update_freq == "batch":
+            warnings.warn(
+                "SpreadMarginScheduler: the model does not track the "
+                "margin variable its SpreadLoss reads, so on JAX every "
+                "change of the margin traces the train step again, here "
+                "at every step. Use update_freq='epoch', or give the "
+                "model a `spread_margin` variable read by its SpreadLoss.",
+                stacklevel=2,
+            )
         self._steps_per_epoch = (self.params or {}).get("steps")
         self._last_margin = None
 

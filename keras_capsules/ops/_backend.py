@@ -28,6 +28,13 @@ def compiles_with_xla():
     return keras.backend.backend() in ("tensorflow", "jax")
 
 
+def freezes_untracked_variables():
+    """Whether a compiled train step holds a variable the model does not
+    track as a constant of its trace (JAX's stateless steps), so that a
+    new value is seen only after the step is traced again."""
+    return keras.backend.backend() == "jax"
+
+
 def resolve_jit_compile(model, jit_compile, run_eagerly=False):
     """The `jit_compile` that the models' `compile()` pass to Keras.
 
