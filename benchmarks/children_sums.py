@@ -1,7 +1,7 @@
 """Time of the EM M-step's weighted sum over the children, by slice count.
 
 EM routing sums `weights * votes` over the children of every parent many
-times per step (`keras_capsules/ops/_reductions.py`). With XLA on CPU the
+times per step (`keras_capsules/ops/em/_reductions.py`). With XLA on CPU the
 sum is written as slice additions followed by one `reduce`, and how many
 slices it takes decides whether XLA vectorises it: this script times that
 one sum, jit-compiled, for vote tensors in the layout EMConvCaps' votes

@@ -6,11 +6,11 @@ all 10,000 test images and appends one JSON line to `--jsonl`. The
 settings are the ones `compile()` could use by default:
 
 - `matrix_capsnet` (the small preset, batch 64): `official` (Adam 0.01
-  decayed by 0.96 every 20,000 steps, `MatrixCapsNet.compile()`'s
-  optimizer), `exponential_0.02` and `exponential_0.04` (the same decay
-  from a higher rate, needing no run length), `cosine_0.04` (a cosine decay
-  from 0.04 to zero over the run, the MNIST recipe); Adam's epsilon is
-  1e-8 in all.
+  decayed by 0.96 every 20,000 steps, `MatrixCapsNet.compile(
+  schedule="official")`), `exponential_0.02` and `exponential_0.04` (the
+  same decay from a higher rate, needing no run length), `cosine_0.04` (a
+  cosine decay from 0.04 to zero over the run, `compile()`'s default);
+  Adam's epsilon is 1e-8 in all.
 - `capsnet` (batch 100, `CapsNet.compile()`'s optimizer): `default`,
   `stop_gradient` (gradients only through the last routing iteration),
   `init_0.01` (DigitCaps transforms drawn from a normal of std 0.01),
@@ -20,7 +20,7 @@ settings are the ones `compile()` could use by default:
 Usage:
     KERAS_BACKEND=jax python -m benchmarks.defaults_comparison \\
         --model capsnet --setting stop_gradient --seed 0 \\
-        --manual-dir path/to/mnist --jsonl out.jsonl
+        --data-dir path/to/mnist --jsonl out.jsonl
 """
 
 import argparse
@@ -56,17 +56,17 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-images", type=int, default=10000)
     parser.add_argument("--test-images", type=int, default=10000)
-    parser.add_argument("--manual-dir", default=None)
+    parser.add_argument("--data-dir", default=None)
     parser.add_argument("--preset", default="small")
     parser.add_argument("--jsonl", required=True)
     return parser.parse_args(argv)
 
 
-def load(split, count, manual_dir):
-    if manual_dir is None:  # the sample that ships with the package
+def load(split, count, data_dir):
+    if data_dir is None:  # the sample that ships with the package
         images, labels = mnist.load_sample(split)
         return images[:count], labels[:count]
-    images, labels = mnist.load_arrays(split, manual_dir=manual_dir)
+    images, labels = mnist.load_arrays(split, manual_dir=data_dir)
     images = images[:count].astype("float32")[..., None] / 255.0
     return images, keras.utils.to_categorical(labels[:count], 10)
 
@@ -76,7 +76,7 @@ def matrix_capsnet(setting, steps, preset):
         preset, input_shape=(28, 28, 1), num_classes=10
     )
     if setting == "official":
-        model.compile()
+        model.compile(schedule="official")
         return model
     rate = float(setting.split("_")[1])
     if setting.startswith("cosine"):
@@ -109,8 +109,8 @@ def capsnet(setting):
 def main(argv=None):
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
-    x, y = load("train", args.train_images, args.manual_dir)
-    x_test, y_test = load("test", args.test_images, args.manual_dir)
+    x, y = load("train", args.train_images, args.data_dir)
+    x_test, y_test = load("test", args.test_images, args.data_dir)
     batch = 64 if args.model == "matrix_capsnet" else 100
     steps = -(-len(x) // batch)
     if args.model == "matrix_capsnet":

@@ -10,8 +10,9 @@ CPU model go to `--json`. This is how the EM defaults were screened
 Models (`--model`):
 
 - `matrix_capsnet`: `keras_capsules.models.MatrixCapsNet` on 28x28 images
-  with the optimizer and metric of its `compile()` defaults (or Adam at
-  `--learning-rate`) and a constant spread margin `--margin`;
+  with the official optimizer (`compile(schedule="official")`) and the
+  accuracy metric (or Adam at `--learning-rate`) and a constant spread
+  margin `--margin`;
 - `functional`: a user's own `Conv2D -> PrimaryMatrixCaps -> EMConvCaps
   -> EMConvCaps -> EMClassCaps` model built with the layer defaults (ReLU
   Conv1, 5x5 stride 2; 3x3 stride 2 and 3x3 stride 1 capsule layers), Adam
@@ -64,8 +65,6 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--preset",
-        "--config",
-        dest="preset",
         choices=sorted(MATRIX_CAPSNET_CONFIGS),
         default="small",
     )
@@ -84,9 +83,8 @@ def parse_args(argv=None):
         "--learning-rate",
         type=float,
         default=None,
-        help="Constant Adam learning rate. Defaults to "
-        "compile()'s optimizer for matrix_capsnet, 0.01 for "
-        "functional.",
+        help="Constant Adam learning rate. Defaults to the official "
+        "schedule for matrix_capsnet, 0.01 for functional.",
     )
     parser.add_argument("--margin", type=float, default=0.2)
     parser.add_argument("--routing-normalization", default=None)

@@ -7,9 +7,9 @@ after a warm-up, over whole epochs of `--pairs` pairs, and
 pinned to one core for the one-core figures:
 
     taskset -c 0 python -m benchmarks.multi_mnist_pipeline \\
-        --manual-dir path/to/mnist --json multi_mnist_pipeline.json
+        --data-dir path/to/mnist --json multi_mnist_pipeline.json
 
-Without `--manual-dir`, the digits are the embedded MNIST sample's and the
+Without `--data-dir`, the digits are the embedded MNIST sample's and the
 `tf.data` pipeline is not timed (it reads the MNIST files).
 """
 
@@ -34,7 +34,7 @@ def time_pipeline(args):
         batch_size=args.batch_size,
         num_pairs=args.pairs,
         seed=0,
-        manual_dir=args.manual_dir,
+        manual_dir=args.data_dir,
     )
     options = tf.data.Options()
     options.threading.private_threadpool_size = 1
@@ -73,14 +73,14 @@ def time_affine(args, images):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--manual-dir", default=None)
+    parser.add_argument("--data-dir", default=None)
     parser.add_argument("--pairs", type=int, default=20000)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None, metavar="PATH")
     args = parser.parse_args(argv)
-    if args.manual_dir:
-        images, labels = mnist.load_arrays("train", manual_dir=args.manual_dir)
+    if args.data_dir:
+        images, labels = mnist.load_arrays("train", manual_dir=args.data_dir)
     else:
         images, labels = mnist.load_sample("train")
     row = {
@@ -88,9 +88,7 @@ def main(argv=None):
         "pairs_per_epoch": args.pairs,
         "batch_size": args.batch_size,
         "source_images": len(images),
-        "tf_data_pairs_per_s": (
-            time_pipeline(args) if args.manual_dir else None
-        ),
+        "tf_data_pairs_per_s": (time_pipeline(args) if args.data_dir else None),
         "make_pairs_pairs_per_s": time_numpy(args, images, labels),
         "affine_digits_per_s": time_affine(args, images),
         "environment": common.environment(),

@@ -108,8 +108,6 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--preset",
-        "--config",
-        dest="preset",
         choices=sorted(common.MATRIX_CAPSNET_CONFIGS),
         default="full",
         help="Size of matrix_capsnet and em_conv_caps (ignored otherwise).",

@@ -8,14 +8,14 @@ steps, 3 routing iterations. It prints the test accuracy, saves
 `capsnet.keras`, loads it back and checks that the loaded model predicts
 the same.
 
-Without `--data-dir` it trains on the 5,000-image MNIST sample that ships
-with the package (offline, as NumPy arrays) and tests on its 1,000 test
-images: two epochs reach about 95.6 % test accuracy, in about 3.5 minutes
-on a 2-core CPU (TensorFlow + XLA). With `--data-dir`, a folder holding the four original MNIST
-`.gz` files, it trains on all 60,000 digits (about 20 minutes an epoch on
-that CPU, minutes on a GPU); docs/results.md lists what longer runs reach.
-The paper's 0.25 % test error also needs its random shifts of up to 2
-pixels (`keras_capsules.datasets.mnist.load(augment=True)`).
+Without `--data-dir` it trains on the 5,000-image MNIST sample that ships with
+the package (offline, as NumPy arrays) and tests on its 1,000 test images: two
+epochs reach about 95.6 % test accuracy, in about 3.5 minutes on a 2-core CPU
+(TensorFlow + XLA). With `--data-dir`, a folder holding the four original MNIST
+`.gz` files, it trains on all 60,000 digits (about 20 minutes an epoch on that
+CPU, minutes on a GPU); docs/results.md lists what longer runs reach. The
+paper's 0.25 % test error also needs its random shifts of up to 2 pixels
+(`keras_capsules.datasets.mnist.load(augment=True)`).
 
 Usage:
     python examples/capsnet_mnist.py --epochs 2 --output-dir runs/quickstart

@@ -106,8 +106,9 @@ print(f"Test accuracy: {metrics['accuracy']:.4f}")
 """
 ## Saving and loading
 
-The `.keras` file keeps the optimizer's state and the spread margin, so
-`fit` can go on after loading.
+The `.keras` file keeps the optimizer's state and the spread margin. Its
+learning rate has decayed to zero by the end of the run: to train the
+loaded model further, compile it again (`compile(total_steps=...)`).
 """
 
 os.makedirs(args.output_dir, exist_ok=True)

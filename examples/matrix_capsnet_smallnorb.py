@@ -13,10 +13,10 @@ over the first half of the run, as in the paper. It prints the test
 accuracy, saves `matrix_capsnet_smallnorb.keras`, loads it back and checks
 that the loaded model predicts the same.
 
-`--data-dir` is a folder with the six original smallNORB `.mat.gz` files
-(needs TensorFlow for the `tf.data` pipeline). The paper trains the full
-network for tens of epochs, a GPU run; no smallNORB accuracy of this
-package has been measured yet. `--smoke` takes a few steps of a tiny network on random images,
+`--data-dir` is a folder with the six original smallNORB `.mat.gz` files (needs
+TensorFlow for the `tf.data` pipeline). The paper trains the full network for
+tens of epochs, a GPU run; no smallNORB accuracy of this package has been
+measured yet. `--smoke` takes a few steps of a tiny network on random images,
 in under a minute on a 2-core CPU, to check that everything runs.
 
 Usage:

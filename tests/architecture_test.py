@@ -1,10 +1,10 @@
 """Rules of the code base's layout that a linter does not check.
 
-- A name with a leading underscore is used only in the module that defines
-  it: no `from m import _f` and no `m._f` for a module `m` of this
-  repository, in the package, the benchmarks, the examples, the
-  experiments, the scripts or the tests. What several modules share lives in a private module (a file
-  named `_*.py`) under a plain name, and importing that module is allowed.
+- A name with a leading underscore is used only in the module that defines it:
+  no `from m import _f` and no `m._f` for a module `m` of this repository, in
+  the package, the benchmarks, the examples, the experiments, the scripts or
+  the tests. What several modules share lives in a private module (a file named
+  `_*.py`) under a plain name, and importing that module is allowed.
 - Only `keras_capsules/ops/_backend.py` asks which backend runs.
 - No module of `keras_capsules/ops/` (the EM engine in `ops/em/`
   included), `keras_capsules/layers/` or `keras_capsules/models/` is

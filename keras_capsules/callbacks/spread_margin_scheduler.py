@@ -36,11 +36,11 @@ def _margin_variables(model):
     ]
     owned = getattr(model, "spread_margin", None)
     if isinstance(owned, keras.Variable):
-        if any(loss.margin is not owned for loss in losses):
+        if not losses or any(loss.margin is not owned for loss in losses):
             raise ValueError(
-                "The model owns a `spread_margin` variable, but its "
-                "SpreadLoss reads another margin, which the scheduler "
-                "would leave unchanged. Compile with "
+                "The model owns a `spread_margin` variable, but no "
+                "SpreadLoss it is compiled with reads it, so scheduling it "
+                "would change nothing. Compile with "
                 "SpreadLoss(margin=model.spread_margin). "
                 f"Received: loss={compiled_loss!r}"
             )
@@ -58,10 +58,7 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
 
     Hinton et al. (2018) start training with a small margin of 0.2 and
     raise it linearly to 0.9, which keeps capsules in the early layers
-    from dying. This callback assigns the margin
-    variable of every `keras_capsules.losses.SpreadLoss` the model is
-    compiled with (and the model's own `spread_margin` variable, such as
-    that of `keras_capsules.models.MatrixCapsNet`) through `self.model`,
+    from dying. This callback assigns the margin through `self.model`,
     the way `keras.callbacks.LearningRateScheduler` assigns the learning
     rate, so compiled train steps see the new value on TensorFlow, JAX and
     PyTorch. The value is logged as `logs["spread_margin"]`.

@@ -383,13 +383,13 @@ def _check_data(images, labels, fn):
     if labels.min() < 0 or labels.max() >= NUM_CLASSES:
         raise ValueError(
             f"`{fn}`: argument `labels` must hold classes 0 to "
-            f"{NUM_CLASSES - 1}. Received: labels in "
-            f"[{labels.min()}, {labels.max()}]"
+            f"{NUM_CLASSES - 1}. Received: labels.min()={labels.min()}, "
+            f"labels.max()={labels.max()}"
         )
     if len(np.unique(labels)) < 2:
         raise ValueError(
             f"`{fn}`: argument `labels` must hold at least two classes, as "
-            "the two digits of a pair differ in class. Received: labels "
-            f"with the single class {labels[0]}"
+            "the two digits of a pair differ in class. Received: "
+            f"np.unique(labels)={np.unique(labels)}"
         )
     return images, labels

@@ -39,8 +39,10 @@ def steps_per_epoch(arguments):
         if split:
             num_samples = int(math.floor(num_samples * (1.0 - split)))
         return math.ceil(num_samples / (arguments.get("batch_size") or 32))
+    if isinstance(x, keras.utils.PyDataset):
+        return x.num_batches
     try:
-        # A `keras.utils.PyDataset`, or any other object of finite length.
+        # Any other object of finite length, such as a `tf.data.Dataset`.
         return len(x) or None
     except TypeError:
         return None
@@ -185,9 +187,12 @@ class CapsuleModel(keras.Model):
             if steps is None:
                 raise _unsized_error(arguments.get("x"))
             epochs = arguments.get("epochs", 1)
-            total = (epochs - arguments.get("initial_epoch", 0)) * steps
+            remaining = (epochs - arguments.get("initial_epoch", 0)) * steps
+            # The schedule reads the optimizer's step, which a restored
+            # optimizer state starts past zero.
+            done = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
             # Read when the train step is traced, which `fit` does next.
-            unsized["schedule"].decay_steps = max(1, total)
+            unsized["schedule"].decay_steps = max(1, done + remaining)
             self._unsized_schedule = None
         return super().fit(*args, **kwargs)
 
@@ -195,7 +200,13 @@ class CapsuleModel(keras.Model):
 
     def train_on_batch(self, *args, **kwargs):
         if getattr(self, "_unsized_schedule", None) is not None:
-            raise _unsized_error(args[0] if args else kwargs.get("x"))
+            x = args[0] if args else kwargs.get("x")
+            raise ValueError(
+                "The learning-rate schedule of compile() decays over the "
+                "whole run, and train_on_batch does not say how long the "
+                "run is. Pass total_steps= to compile(), or train with "
+                f"fit(). Received: x={type(x).__name__}"
+            )
         return super().train_on_batch(*args, **kwargs)
 
     train_on_batch.__doc__ = keras.Model.train_on_batch.__doc__
@@ -203,7 +214,7 @@ class CapsuleModel(keras.Model):
     def get_compile_config(self):
         config = super().get_compile_config()
         unsized = getattr(self, "_unsized_schedule", None)
-        if config is not None and unsized is not None:
+        if self.compiled and config is not None and unsized is not None:
             # Compiled but not trained yet: the reloaded model takes the
             # length of its own first `fit`.
             config = {

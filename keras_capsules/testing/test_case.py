@@ -116,7 +116,10 @@ class TestCase(parameterized.TestCase):
             run_saving_check: Whether to save and reload a `.keras` model.
         """
         if input_shape is None and input_data is None:
-            raise ValueError("Provide `input_shape` or `input_data`.")
+            raise ValueError(
+                "Provide `input_shape` or `input_data`. Received: "
+                "input_shape=None, input_data=None"
+            )
         if input_data is None:
             input_data = self._random_inputs(input_shape)
         if input_shape is None:

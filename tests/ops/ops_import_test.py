@@ -56,7 +56,7 @@ class OpsImportTest(TestCase):
     def test_library_has_files(self):
         names = {path.name for path in _library_files()}
         self.assertContainsSubset(
-            {"squash.py", "dynamic.py", "em.py", "dense_caps.py"}, names
+            {"squash.py", "dynamic.py", "patches.py", "dense_caps.py"}, names
         )
 
     def test_no_framework_or_private_keras_imports(self):

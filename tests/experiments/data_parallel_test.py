@@ -1,6 +1,6 @@
 """Data-parallel training of both models on two logical CPU devices.
 
-Each case runs `examples/data_parallel.py --check` in a fresh interpreter,
+Each case runs `experiments/data_parallel.py --check` in a fresh interpreter,
 since the devices must be set up before the framework starts: it trains
 the same initial weights on the same batches once on two devices and once
 on one, and prints a JSON report. The TensorFlow cases run only in the
@@ -22,7 +22,7 @@ from keras_capsules.testing import TestCase
 _ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 )
-_SCRIPT = os.path.join(_ROOT, "examples", "data_parallel.py")
+_SCRIPT = os.path.join(_ROOT, "experiments", "data_parallel.py")
 _STEPS = 3
 _MODELS = (("capsnet", "capsnet"), ("matrix_capsnet", "matrix_capsnet"))
 
