@@ -1,7 +1,6 @@
 """A callback that grows the spread-loss margin during training."""
 
 import math
-import warnings
 
 import keras
 from keras import ops
@@ -76,7 +75,7 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
     that does not track the loss's variable (a functional model), the
     callback makes `fit` trace the train and test steps again whenever it
     changes the margin. That is cheap once per epoch; for updates at every
-    step, let the model own the variable (the callback warns otherwise).
+    step, let the model own the variable.
 
     Schedules, with `progress = position / ramp` where the position is
     the global step (`optimizer.iterations`, so resumed training picks up
@@ -222,15 +221,6 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
             any(margin is variable for variable in tracked)
             for margin in self._margins
         )
-        if self._retrace and self.update_freq == "batch":
-            warnings.warn(
-                "SpreadMarginScheduler: the model does not track the "
-                "margin variable its SpreadLoss reads, so on JAX every "
-                "change of the margin traces the train step again, here "
-                "at every step. Use update_freq='epoch', or give the "
-                "model a `spread_margin` variable read by its SpreadLoss.",
-                stacklevel=2,
-            )
         self._steps_per_epoch = (self.params or {}).get("steps")
         self._last_margin = None
 

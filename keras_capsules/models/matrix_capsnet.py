@@ -362,8 +362,10 @@ class MatrixCapsNet(CapsuleModel):
                 initial_epoch) * steps_per_epoch`, with `steps_per_epoch`
                 as given to `fit` or counted from its data (batches of an
                 array, or `len(x)` for a `keras.utils.PyDataset` or any
-                other `x` of finite length). Ignored by `"official"`.
-                Defaults to `None`.
+                other `x` of finite length). An optimizer used outside
+                this model's `fit` (another model, a custom loop) is not
+                sized that way: pass `total_steps` for it. Ignored by
+                `"official"`. Defaults to `None`.
 
         Returns:
             A `keras.optimizers.Adam`.
