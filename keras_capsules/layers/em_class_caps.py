@@ -9,6 +9,7 @@ from keras_capsules._validation import check_matrix_capsules_shape
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import check_positive_number
+from keras_capsules.layers._em_routing import EMRoutingOptions
 from keras_capsules.layers._serialization import serialize_objects
 from keras_capsules.ops.em import _capsules as em_capsules
 from keras_capsules.ops.em import _core as em_core
@@ -18,7 +19,7 @@ _DEFAULTS = em_core.DEFAULTS
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class EMClassCaps(keras.layers.Layer):
+class EMClassCaps(EMRoutingOptions, keras.layers.Layer):
     """Class capsules: a capsule grid routed by EM to one capsule per class.
 
     The Class Capsules layer of the paper (Hinton et al. 2018, Section 5).
@@ -147,16 +148,8 @@ class EMClassCaps(keras.layers.Layer):
         self.coordinate_scale = check_positive_number(
             coordinate_scale, "coordinate_scale", allow_none=True
         )
-        # Checked once, here, and kept: `call` hands them to the routing as
-        # they are, and the properties below read them. A variant with
-        # other options is a new layer (`from_config` with overrides).
-        self._routing_options = em_core.check_options(
-            routing_iterations,
-            final_lambda,
-            min_variance,
-            None,
-            routing_mode,
-            names=em_core.LAYER_NAMES,
+        self.keep_routing_options(
+            routing_iterations, final_lambda, min_variance, routing_mode
         )
         # Fresh instances per layer: an unseeded initializer draws its seed
         # once, so a shared default object would repeat its values.
@@ -171,27 +164,6 @@ class EMClassCaps(keras.layers.Layer):
         self.beta_a_initializer = keras.initializers.get(beta_a_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
-
-    @property
-    def routing_iterations(self):
-        """The number of EM iterations (read-only)."""
-        return self._routing_options.iterations
-
-    @property
-    def final_lambda(self):
-        """The final inverse temperature of the routing (read-only)."""
-        return self._routing_options.final_lambda
-
-    @property
-    def min_variance(self):
-        """The floor added to every variance (read-only)."""
-        return self._routing_options.min_variance
-
-    @property
-    def routing_mode(self):
-        """`"official"` or `"paper"`, the forms of the M-step
-        (read-only)."""
-        return self._routing_options.mode
 
     def build(self, input_shape):
         self.compute_output_shape(input_shape)
@@ -231,7 +203,7 @@ class EMClassCaps(keras.layers.Layer):
                 self.coordinate_addition,
                 self.coordinate_placement,
                 self.coordinate_scale,
-                self._routing_options,
+                self.routing_options,
             )
         )
 

@@ -6,6 +6,7 @@ from keras_capsules._validation import check_matrix_capsules_shape
 from keras_capsules._validation import check_positive_int
 from keras_capsules._validation import normalize_padding
 from keras_capsules._validation import normalize_pair
+from keras_capsules.layers._em_routing import EMRoutingOptions
 from keras_capsules.layers._serialization import serialize_objects
 from keras_capsules.ops._tiles import tiling_sizes
 from keras_capsules.ops.em import _capsules as em_capsules
@@ -15,7 +16,7 @@ _DEFAULTS = em_core.DEFAULTS
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class EMConvCaps(keras.layers.Layer):
+class EMConvCaps(EMRoutingOptions, keras.layers.Layer):
     """Convolutional matrix capsules with EM routing.
 
     ConvCaps1 and ConvCaps2 of the paper (Hinton et al. 2018, Section 5).
@@ -152,16 +153,8 @@ class EMConvCaps(keras.layers.Layer):
         self.kernel_size = normalize_pair(kernel_size, "kernel_size")
         self.strides = normalize_pair(strides, "strides")
         self.padding = normalize_padding(padding)
-        # Checked once, here, and kept: `call` hands them to the routing as
-        # they are, and the properties below read them. A variant with
-        # other options is a new layer (`from_config` with overrides).
-        self._routing_options = em_core.check_options(
-            routing_iterations,
-            final_lambda,
-            min_variance,
-            None,
-            routing_mode,
-            names=em_core.LAYER_NAMES,
+        self.keep_routing_options(
+            routing_iterations, final_lambda, min_variance, routing_mode
         )
         self.routing_normalization = em_core.check_normalization(
             routing_normalization, "routing_normalization"
@@ -179,27 +172,6 @@ class EMConvCaps(keras.layers.Layer):
         self.beta_a_initializer = keras.initializers.get(beta_a_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
-
-    @property
-    def routing_iterations(self):
-        """The number of EM iterations (read-only)."""
-        return self._routing_options.iterations
-
-    @property
-    def final_lambda(self):
-        """The final inverse temperature of the routing (read-only)."""
-        return self._routing_options.final_lambda
-
-    @property
-    def min_variance(self):
-        """The floor added to every variance (read-only)."""
-        return self._routing_options.min_variance
-
-    @property
-    def routing_mode(self):
-        """`"official"` or `"paper"`, the forms of the M-step
-        (read-only)."""
-        return self._routing_options.mode
 
     def build(self, input_shape):
         self.compute_output_shape(input_shape)
@@ -241,7 +213,7 @@ class EMConvCaps(keras.layers.Layer):
                 self.strides,
                 self.padding,
                 self.routing_normalization,
-                self._routing_options,
+                self.routing_options,
             )
         )
 
