@@ -263,6 +263,14 @@ def save_and_reload(model, path, images):
     return loaded
 
 
+def load_model(source):
+    """A model from a saved `.keras` file, a preset directory, or the name
+    of a trained preset shipped with the package."""
+    if os.path.isfile(source):
+        return keras.models.load_model(source)
+    return keras_capsules.models.from_preset(source)
+
+
 def write_results(results, output_dir):
     """Writes `results` to `results.json` in `output_dir` and prints it."""
     os.makedirs(output_dir, exist_ok=True)

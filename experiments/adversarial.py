@@ -7,7 +7,8 @@ gradient sign method (FGSM, Goodfellow et al. 2015) and its iterated form
 (BIM, Kurakin et al. 2017); later work found that stronger attacks fool
 capsule networks as well. This script measures the two simple attacks on
 models saved by `affine_mnist.py` and `viewpoints_mnist.py` (or any
-`.keras` classifier of MNIST digits), on the same test digits for all.
+`.keras` classifier of MNIST digits), or on the trained presets shipped
+with the package, on the same test digits for all.
 
 Every model is attacked through the same loss, on the true label `t`
 and the model's class scores `s` (CapsNet's capsule lengths,
@@ -38,6 +39,9 @@ Usage:
     python experiments/adversarial.py --data-dir data/mnist \\
         --model CapsNet=runs/affine_mnist_capsnet/capsnet.keras \\
         --model CNN=runs/affine_mnist_cnn/cnn.keras
+    # The trained presets shipped with the package, named as presets.
+    python experiments/adversarial.py --data-dir data/mnist \\
+        --model EfficientCapsNet=efficient_capsnet_mnist
     # Check that everything runs (tiny untrained models, a few digits).
     python experiments/adversarial.py --smoke
 
@@ -78,8 +82,8 @@ def parse_args(argv=None):
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="A saved .keras model and the name to plot it under; repeat "
-        "for several models.",
+        help="A saved .keras model, a preset directory or a shipped preset "
+        "name, and the name to plot it under; repeat for several models.",
     )
     parser.add_argument(
         "--epsilons",
@@ -325,7 +329,7 @@ def main(argv=None):
         models = smoke_models()
     else:
         models = [
-            (name, keras.models.load_model(path)) for name, path in args.models
+            (name, _common.load_model(path)) for name, path in args.models
         ]
     _, (images, labels) = _common.load_digits(args)
     images, labels = images[: args.images], labels[: args.images]

@@ -85,8 +85,8 @@ def parse_args(argv=None):
         "--figures-from",
         default=None,
         metavar="PATH",
-        help="Only draw the figures of the CapsNet saved at PATH (a "
-        ".keras file written by this script) into --output-dir.",
+        help="Only draw the figures of the CapsNet at PATH (a .keras file "
+        "written by this script, or a preset) into --output-dir.",
     )
     _common.add_common_arguments(
         parser, output_dir=None, epochs=50, batch_size=128
@@ -228,7 +228,7 @@ def main(argv=None):
     train, test = load_data(args)
     if args.figures_from:
         os.makedirs(args.output_dir, exist_ok=True)
-        model = keras.models.load_model(args.figures_from)
+        model = _common.load_model(args.figures_from)
         return save_figures(model, test, args.output_dir)
     if args.model == "cnn":
         train, test = labels_only(train), labels_only(test)

@@ -17,7 +17,15 @@ _EXAMPLES_DIR = os.path.join(
 _SCRIPTS = sorted(glob.glob(os.path.join(_EXAMPLES_DIR, "*.py")))
 _MAX_LINES = 160
 _FLAGS = {"--data-dir", "--epochs", "--batch-size", "--output-dir", "--smoke"}
-_ALLOWED_MODULES = {"argparse", "os", "keras", "numpy", "keras_capsules"}
+_ALLOWED_MODULES = {
+    "argparse",
+    "os",
+    "sys",
+    "time",
+    "keras",
+    "numpy",
+    "keras_capsules",
+}
 
 
 def _named(scripts):

@@ -9,6 +9,7 @@ import types
 import keras
 
 from keras_capsules._validation import check_option
+from keras_capsules.models import _presets as presets
 from keras_capsules.ops._backend import resolve_jit_compile
 
 
@@ -68,12 +69,23 @@ class CapsuleModel(keras.Model):
     presets = read_only_presets({})
 
     @classmethod
-    def from_preset(cls, preset, **kwargs):
-        """Builds the network of a named preset.
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """Builds a model from a preset: a trained network or an
+        architecture.
+
+        A preset is one of:
+
+        - the name of a trained preset shipped with the package (see
+          `keras_capsules.models.list_presets()`): the network and its
+          weights, loaded offline;
+        - a path to a preset directory written by `save_to_preset`;
+        - the name of an architecture in the class's `presets`: the
+          network with freshly initialized weights.
 
         Args:
-            preset: A name in the class's `presets`, which maps each name
-                to the constructor arguments it sets.
+            preset: A preset name or a path to a preset directory.
+            load_weights: Whether to load the weights of a trained preset
+                (`False` builds its network untrained). Defaults to `True`.
             **kwargs: Any other constructor argument; those given here
                 override the preset's.
 
@@ -81,23 +93,59 @@ class CapsuleModel(keras.Model):
             An uncompiled model of this class.
 
         Raises:
-            ValueError: If `preset` is not one of the names in `presets`.
+            ValueError: If `preset` is none of the above, or a trained
+                preset of another class.
         """
+        if not isinstance(load_weights, bool):
+            raise TypeError(
+                "Argument load_weights must be a bool. "
+                f"Received: load_weights={load_weights!r}"
+            )
+        directory = presets.resolve_directory(preset)
+        if directory is not None:
+            return presets.load(cls, directory, load_weights, kwargs)
         return cls(**{**cls.preset_config(preset), **kwargs})
 
     @classmethod
     def preset_config(cls, preset):
-        """The constructor arguments of a named preset, as a dict."""
-        # A preset directory (config, weights and metadata, as keras-hub's
-        # `save_to_preset` writes) would be read here, with its weights
-        # loaded by `from_preset` after construction.
-        if not cls.presets:
+        """The constructor arguments of an architecture preset, a dict."""
+        trained = tuple(presets.list_all(cls.__name__))
+        if not cls.presets and not trained:
             raise ValueError(
                 f"{cls.__name__} has no presets; build it with its "
                 f"constructor. Received: preset={preset!r}"
             )
-        check_option(preset, "preset", tuple(cls.presets))
+        check_option(preset, "preset", tuple(cls.presets) + trained)
         return dict(cls.presets[preset])
+
+    def save_to_preset(
+        self, preset_dir, metadata=None, weights_dtype="float32"
+    ):
+        """Saves the network and its weights as a preset directory.
+
+        `from_preset(preset_dir)` loads it back, on any backend. The
+        directory holds `config.json`, `model.weights.h5` and
+        `metadata.json`; the metadata records the parameter count, the
+        backend, the versions, the date and the machine's CPU, and any
+        field of `metadata` (for a trained network: the data, its
+        accuracy, the training command).
+
+        Args:
+            preset_dir: Path of the directory to write (created if
+                needed; its preset files are overwritten).
+            metadata: Optional dict of JSON values to record, overriding
+                the fields above of the same name. Defaults to `None`.
+            weights_dtype: `"float32"`, or `"float16"` to store the
+                weights in half the space; they are loaded back into the
+                model's float32 variables. Defaults to `"float32"`.
+
+        Raises:
+            TypeError: If `preset_dir` is not a path or `metadata` is not
+                a dict of JSON values.
+            ValueError: If `weights_dtype` is not one of the above, or the
+                model is not built.
+        """
+        presets.save(self, preset_dir, metadata, weights_dtype)
 
     def compile(
         self,

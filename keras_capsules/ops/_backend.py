@@ -23,6 +23,11 @@ take plain sums and `keras.ops.pad`.
 import keras
 
 
+def backend_name():
+    """The name of this backend, for records such as a preset's metadata."""
+    return keras.backend.backend()
+
+
 def compiles_with_xla():
     """Whether this backend compiles train steps with XLA."""
     return keras.backend.backend() in ("tensorflow", "jax")

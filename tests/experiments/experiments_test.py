@@ -279,6 +279,7 @@ class ExperimentSmokeTest(TestCase):
                 "affine_mnist.py",
                 "data_parallel.py",
                 "multi_mnist.py",
+                "preset_figures.py",
                 "viewpoints_mnist.py",
             ],
         )

@@ -1,0 +1,207 @@
+"""Presets: `save_to_preset`, `from_preset(directory)`, `list_presets` and
+the trained presets shipped in the package."""
+
+import json
+import os
+
+import keras
+import numpy as np
+from absl.testing import parameterized
+
+from keras_capsules import models
+from keras_capsules.datasets import mnist
+from keras_capsules.testing import TestCase
+from tests.models.capsnet_test import SMALL_CONFIG as CAPSNET_CONFIG
+from tests.models.efficient_capsnet_test import SMALL_CONFIG as EFFICIENT_CONFIG
+
+_MATRIX_CONFIG = {
+    "input_shape": (24, 24, 1),
+    "num_classes": 5,
+    **models.MatrixCapsNet.presets["tiny"],
+    "routing_iterations": 1,
+}
+_MODELS = (
+    ("capsnet", models.CapsNet, CAPSNET_CONFIG),
+    ("efficient_capsnet", models.EfficientCapsNet, EFFICIENT_CONFIG),
+    ("matrix_capsnet", models.MatrixCapsNet, _MATRIX_CONFIG),
+)
+_PREDICTIONS = os.path.join(os.path.dirname(__file__), "preset_predictions.npz")
+# Fields every shipped preset records, beside those `save_to_preset` adds.
+_TRAINED_FIELDS = (
+    "dataset",
+    "images",
+    "test_accuracy",
+    "sample_test_accuracy",
+    "images_seen",
+    "seed",
+    "training_minutes",
+    "command",
+)
+# A shipped preset scores its recorded sample accuracy on every backend,
+# less 3 of the 1,000 images.
+_SAMPLE_MARGIN = 0.003
+# The class-capsule lengths of the first 32 sample images agree with the
+# stored ones (from the backend that trained the preset) within this.
+_PREDICTION_ATOL = 1e-4
+
+
+def _images(config, batch=4):
+    rng = np.random.default_rng(0)
+    return rng.uniform(size=(batch,) + config["input_shape"]).astype("float32")
+
+
+def _values(model):
+    return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+class SaveToPresetTest(TestCase):
+    @parameterized.named_parameters(*_MODELS)
+    def test_round_trip_keeps_the_weights(self, cls, config):
+        model = cls(**config)
+        directory = os.path.join(self.get_temp_dir(), "preset")
+        model.save_to_preset(directory, metadata={"dataset": "none"})
+        self.assertEqual(
+            sorted(os.listdir(directory)),
+            ["config.json", "metadata.json", "model.weights.h5"],
+        )
+        loaded = cls.from_preset(directory)
+        self.assertIsInstance(loaded, cls)
+        self.assertFalse(loaded.compiled)
+        self.assertEqual(loaded.get_config(), model.get_config())
+        for saved, restored in zip(_values(model), _values(loaded)):
+            np.testing.assert_array_equal(saved, restored)
+        x = _images(config)
+        self.assertAllClose(loaded.predict(x), model.predict(x), atol=0)
+
+    def test_metadata(self):
+        model = models.CapsNet(**CAPSNET_CONFIG)
+        directory = self.get_temp_dir()
+        model.save_to_preset(
+            directory, metadata={"dataset": "none", "backend": "mine"}
+        )
+        with open(os.path.join(directory, "metadata.json")) as f:
+            metadata = json.load(f)
+        self.assertEqual(metadata["parameters"], model.count_params())
+        self.assertEqual(metadata["weights_dtype"], "float32")
+        self.assertEqual(metadata["keras_version"], keras.__version__)
+        self.assertIn("keras_capsules_version", metadata)
+        self.assertIn("CPU cores", metadata["hardware"])
+        # The caller's fields are kept and override the recorded ones.
+        self.assertEqual(metadata["dataset"], "none")
+        self.assertEqual(metadata["backend"], "mine")
+
+    def test_float16_storage_loads_into_float32_variables(self):
+        model = models.EfficientCapsNet(**EFFICIENT_CONFIG)
+        half = os.path.join(self.get_temp_dir(), "half")
+        full = os.path.join(self.get_temp_dir(), "full")
+        model.save_to_preset(half, weights_dtype="float16")
+        model.save_to_preset(full)
+        size = os.path.getsize
+        self.assertLess(
+            size(os.path.join(half, "model.weights.h5")),
+            0.6 * size(os.path.join(full, "model.weights.h5")),
+        )
+        loaded = models.EfficientCapsNet.from_preset(half)
+        for saved, restored, variable in zip(
+            _values(model), _values(loaded), loaded.weights
+        ):
+            self.assertEqual(variable.dtype, saved.dtype)
+            np.testing.assert_array_equal(
+                restored, saved.astype("float16").astype(saved.dtype)
+            )
+
+    def test_overrides_and_no_weights(self):
+        model = models.CapsNet(**CAPSNET_CONFIG)
+        directory = self.get_temp_dir()
+        model.save_to_preset(directory)
+        fresh = models.CapsNet.from_preset(
+            directory, load_weights=False, name="fresh"
+        )
+        self.assertEqual(fresh.name, "fresh")
+        self.assertFalse(
+            all(
+                np.array_equal(a, b)
+                for a, b in zip(_values(model), _values(fresh))
+            )
+        )
+
+    def test_errors(self):
+        model = models.CapsNet(**CAPSNET_CONFIG)
+        directory = self.get_temp_dir()
+        with self.assertRaisesRegex(
+            TypeError, "metadata must be a dict.*Received: metadata=3"
+        ):
+            model.save_to_preset(directory, metadata=3)
+        with self.assertRaisesRegex(
+            TypeError, "JSON values.*Received: metadata="
+        ):
+            model.save_to_preset(directory, metadata={"x": object()})
+        with self.assertRaisesRegex(
+            ValueError, "weights_dtype must be.*Received: weights_dtype=int8"
+        ):
+            model.save_to_preset(directory, weights_dtype="int8")
+        with self.assertRaisesRegex(
+            TypeError, "preset_dir must be a path.*Received: preset_dir=1"
+        ):
+            model.save_to_preset(1)
+        self.assertEqual(os.listdir(directory), [])
+        model.save_to_preset(directory)
+        with self.assertRaisesRegex(
+            ValueError, "holds a CapsNet, not a MatrixCapsNet.*Received"
+        ):
+            models.MatrixCapsNet.from_preset(directory)
+        with self.assertRaisesRegex(
+            TypeError, "load_weights must be a bool.*Received: load_weights=1"
+        ):
+            models.CapsNet.from_preset(directory, load_weights=1)
+        os.remove(os.path.join(directory, "model.weights.h5"))
+        with self.assertRaisesRegex(FileNotFoundError, "load_weights=False"):
+            models.CapsNet.from_preset(directory)
+        with self.assertRaisesRegex(
+            ValueError, "preset must be.*Received: preset=/no/such/dir"
+        ):
+            models.MatrixCapsNet.from_preset("/no/such/dir")
+
+
+class ShippedPresetsTest(TestCase):
+    def test_list_presets(self):
+        listing = models.list_presets()
+        self.assertIn("efficient_capsnet_mnist", listing)
+        for name, metadata in listing.items():
+            missing = [f for f in _TRAINED_FIELDS if f not in metadata]
+            self.assertEqual(missing, [], name)
+            cls = getattr(models, metadata["class_name"])
+            self.assertIn(name, models.list_presets(cls))
+            self.assertIn(name, models.list_presets(cls.__name__))
+        self.assertEqual(
+            list(models.list_presets("EfficientCapsNet")),
+            [
+                name
+                for name, metadata in listing.items()
+                if metadata["class_name"] == "EfficientCapsNet"
+            ],
+        )
+        with self.assertRaisesRegex(
+            TypeError, "model class, its name or None.*Received: model=1"
+        ):
+            models.list_presets(1)
+
+    @parameterized.named_parameters(
+        *[(name, name) for name in models.list_presets()]
+    )
+    def test_shipped_preset_scores_on_this_backend(self, name):
+        metadata = models.list_presets()[name]
+        model = getattr(models, metadata["class_name"]).from_preset(name)
+        x, y = mnist.load_sample("test")
+        predictions = keras.ops.convert_to_numpy(
+            model.predict(x, batch_size=100, verbose=0)
+        )
+        accuracy = np.mean(predictions.argmax(-1) == y.argmax(-1))
+        self.assertGreaterEqual(
+            accuracy, metadata["sample_test_accuracy"] - _SAMPLE_MARGIN
+        )
+        with np.load(_PREDICTIONS) as references:
+            expected = references[name]
+        self.assertAllClose(
+            predictions[: len(expected)], expected, atol=_PREDICTION_ATOL
+        )
