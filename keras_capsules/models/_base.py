@@ -108,7 +108,7 @@ class CapsuleModel(keras.Model):
 
     @classmethod
     def preset_config(cls, preset):
-        """The constructor arguments of an architecture preset, a dict."""
+        """The constructor arguments of a named preset, a dict."""
         trained = tuple(presets.list_all(cls.__name__))
         if not cls.presets and not trained:
             raise ValueError(
@@ -116,6 +116,9 @@ class CapsuleModel(keras.Model):
                 f"constructor. Received: preset={preset!r}"
             )
         check_option(preset, "preset", tuple(cls.presets) + trained)
+        if preset in trained:
+            directory = presets.resolve_directory(preset)
+            return dict(presets.read_config(directory)["config"])
         return dict(cls.presets[preset])
 
     def save_to_preset(

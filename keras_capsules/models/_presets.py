@@ -94,8 +94,8 @@ def load(cls, directory, load_weights, overrides):
     config = read_config(directory)
     if config.get("class_name") != cls.__name__:
         raise ValueError(
-            f"The preset in {directory} holds a {config.get('class_name')}, "
-            f"not a {cls.__name__}; load it with "
+            f"The preset in {directory} holds a model of class "
+            f"{config.get('class_name')}, not {cls.__name__}; load it with "
             f"{config.get('class_name')}.from_preset. "
             f"Received: preset={directory!r}"
         )

@@ -147,7 +147,7 @@ class SaveToPresetTest(TestCase):
         self.assertEqual(os.listdir(directory), [])
         model.save_to_preset(directory)
         with self.assertRaisesRegex(
-            ValueError, "holds a CapsNet, not a MatrixCapsNet.*Received"
+            ValueError, "class CapsNet, not MatrixCapsNet.*Received"
         ):
             models.MatrixCapsNet.from_preset(directory)
         with self.assertRaisesRegex(
@@ -185,6 +185,24 @@ class ShippedPresetsTest(TestCase):
             TypeError, "model class, its name or None.*Received: model=1"
         ):
             models.list_presets(1)
+
+    def test_a_shipped_preset_is_named_by_its_class(self):
+        name = "efficient_capsnet_mnist"
+        network = models.EfficientCapsNet(
+            **models.EfficientCapsNet.preset_config(name)
+        )
+        model = models.EfficientCapsNet.from_preset(name)
+        self.assertEqual(network.count_params(), model.count_params())
+        with self.assertRaisesRegex(ValueError, "efficient_capsnet_mnist"):
+            models.EfficientCapsNet.from_preset("no_such_preset")
+        with self.assertRaisesRegex(
+            ValueError, "class EfficientCapsNet, not CapsNet"
+        ):
+            models.CapsNet.from_preset(name)
+        with self.assertRaisesRegex(
+            ValueError, "shipped preset.*Received: preset='small'"
+        ):
+            models.from_preset("small")
 
     @parameterized.named_parameters(
         *[(name, name) for name in models.list_presets()]
