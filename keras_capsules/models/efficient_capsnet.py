@@ -18,6 +18,7 @@ from keras_capsules.models._capsule_classifier import CapsuleClassifier
 from keras_capsules.models._decoders import CONVOLUTIONAL_DECODER_SIZE
 from keras_capsules.models._decoders import convolutional_decoder
 from keras_capsules.models._decoders import dense_decoder
+from keras_capsules.models._reference_weights import from_reference_weights
 
 # The authors' three networks (their `efficient_capsnet_graph_*.py`): the
 # MultiMNIST one strides twice more to reach a 1x1 map from 36x36, the
@@ -216,6 +217,8 @@ class EfficientCapsNet(CapsuleClassifier):
 
     # Read-only: name -> the arguments that differ from the defaults.
     presets = read_only_presets(_PRESETS)
+    # The authors' .h5 weight files: see models/_reference_weights.py.
+    from_reference_weights = classmethod(from_reference_weights)
 
     def __init__(
         self,
