@@ -397,3 +397,180 @@ def affine_warp(
                         )
                         out[row, col] += weight * image[r, c]
     return out
+
+
+# The authors' three Efficient-CapsNet graphs (EscVM/Efficient-CapsNet,
+# models/efficient_capsnet_graph_*.py): the strides of the four
+# convolutions and of the primary capsules, the activation after each
+# convolution and the number of objects decoded per image.
+AUTHORS_GRAPHS = {
+    "mnist": {
+        "strides": (1, 1, 1, 2),
+        "primary_strides": 1,
+        "activation": "relu",
+        "num_objects": 1,
+    },
+    "multimnist": {
+        "strides": (1, 1, 2, 2),
+        "primary_strides": 2,
+        "activation": "relu",
+        "num_objects": 2,
+    },
+    "smallnorb": {
+        "strides": (2, 1, 1, 2),
+        "primary_strides": 1,
+        "activation": "leaky_relu",
+        "num_objects": 1,
+    },
+}
+
+
+def authors_squash(s):
+    """The exponential squash as the authors' code computes it, with 1e-20
+    added to exp(|s|) and to |s|."""
+    norm = np.sqrt(np.sum(np.square(s), axis=-1, keepdims=True))
+    return (1.0 - 1.0 / (np.exp(norm) + 1e-20)) * s / (norm + 1e-20)
+
+
+def grouped_conv2d(x, kernel, strides, groups):
+    """A valid convolution in `groups` groups: the channels of the input
+    and of the output are split into `groups` consecutive blocks, and block
+    g of the output is the convolution of block g of the input alone;
+    `kernel` is `(h, w, channels / groups, filters)`."""
+    size_in = x.shape[-1] // groups
+    size_out = kernel.shape[-1] // groups
+    return np.concatenate(
+        [
+            conv2d(
+                x[..., g * size_in : (g + 1) * size_in],
+                kernel[..., g * size_out : (g + 1) * size_out],
+                strides,
+                "valid",
+            )
+            for g in range(groups)
+        ],
+        axis=-1,
+    )
+
+
+def batch_normalization(x, gamma, beta, mean, variance, epsilon=1e-3):
+    """Batch normalisation at inference, with the moving statistics."""
+    return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+def instance_normalization(x, gamma, beta, epsilon=1e-3):
+    """Each channel of each image normalised over its positions."""
+    mean = x.mean(axis=(1, 2), keepdims=True)
+    variance = x.var(axis=(1, 2), keepdims=True)
+    return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+def leaky_relu(x, slope):
+    return np.where(x > 0, x, slope * x)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def upsample_bilinear(x, factor):
+    """Bilinear upsampling with half-pixel centres: output pixel `o` of an
+    axis of `n` pixels reads the input at `(o + 0.5) / factor - 0.5`,
+    clamped to `[0, n - 1]`, between its two nearest pixels."""
+
+    def interpolation(size):
+        matrix = np.zeros((size * factor, size))
+        for out in range(size * factor):
+            source = min(max((out + 0.5) / factor - 0.5, 0.0), size - 1.0)
+            low = int(np.floor(source))
+            high = min(low + 1, size - 1)
+            matrix[out, low] += 1.0 - (source - low)
+            matrix[out, high] += source - low
+        return matrix
+
+    rows, cols = interpolation(x.shape[1]), interpolation(x.shape[2])
+    return np.einsum("ph,qw,bhwc->bpqc", rows, cols, x)
+
+
+def authors_fc_caps(capsules, kernel, prior):
+    """The authors' FCCaps on `(batch, num_in, dim_in)` capsules, with
+    their weights in their layout: `kernel` `(num_out, num_in, dim_in,
+    dim)` and `prior` `(num_out, num_in, 1)`. For each parent j, the votes
+    U_j for it, the row sums of U_j U_j^T / sqrt(dim) as logits, a softmax
+    over the parents, the prior added, the weighted sum and their squash."""
+    votes = np.einsum("bid,jide->bjie", capsules, kernel)
+    batch, num_out, _, dim = votes.shape
+    logits = np.zeros(votes.shape[:-1])
+    for b in range(batch):
+        for j in range(num_out):
+            attention = votes[b, j] @ votes[b, j].T / np.sqrt(dim)
+            logits[b, j] = attention.sum(axis=1)
+    coupling = softmax(logits, axis=1) + prior[..., 0]
+    return authors_squash(np.einsum("bji,bjie->bje", coupling, votes))
+
+
+def authors_efficient_capsnet(images, weights, preset):
+    """The forward pass of the authors' Efficient-CapsNet at inference.
+
+    `weights` holds the arrays of their weight file, in its layout:
+    `"convs"` (four `(kernel, bias)`), `"norms"` (four `(gamma, beta,
+    moving_mean, moving_variance)` or `(gamma, beta)` for instance
+    normalisation), `"primary"` (the grouped convolution's `(h, w, 1,
+    128)` kernel and bias), `"fc_caps"` (`(kernel, prior)`, see
+    `authors_fc_caps`) and `"decoder"` (its `(kernel, bias)` in order).
+
+    Returns the class-capsule lengths and the reconstructions from the
+    longest capsule, or with two objects from each of the two longest,
+    `(batch, 2) + image shape`.
+    """
+    graph = AUTHORS_GRAPHS[preset]
+    x = np.asarray(images, dtype="float64")
+    batch = x.shape[0]
+    for (kernel, bias), norm, stride in zip(
+        weights["convs"], weights["norms"], graph["strides"]
+    ):
+        x = conv2d(x, kernel, (stride, stride), "valid") + bias
+        if graph["activation"] == "relu":
+            x = np.maximum(x, 0.0)
+        else:
+            x = leaky_relu(x, 0.3)
+        if len(norm) == 4:
+            x = batch_normalization(x, *norm)
+        else:
+            x = instance_normalization(x, *norm)
+    kernel, bias = weights["primary"]
+    stride = graph["primary_strides"]
+    x = grouped_conv2d(x, kernel, (stride, stride), x.shape[-1]) + bias
+    primary = authors_squash(x.reshape(batch, -1, 8))
+    capsules = authors_fc_caps(primary, *weights["fc_caps"])
+    lengths = np.sqrt(np.sum(np.square(capsules), axis=-1) + 1e-7)
+    num_classes = capsules.shape[1]
+    ranked = np.argsort(-lengths, axis=-1)
+    reconstructions = []
+    for k in range(graph["num_objects"]):
+        mask = np.eye(num_classes)[ranked[:, k]]
+        masked = (capsules * mask[..., None]).reshape(batch, -1)
+        reconstructions.append(
+            _authors_decoder(masked, weights["decoder"], images.shape[1:])
+        )
+    if graph["num_objects"] == 1:
+        return lengths, reconstructions[0]
+    return lengths, np.stack(reconstructions, axis=1)
+
+
+def _authors_decoder(x, layers, image_shape):
+    if len(layers) == 3:
+        # Dense ReLU layers, then a sigmoid per pixel.
+        for kernel, bias in layers[:-1]:
+            x = np.maximum(x @ kernel + bias, 0.0)
+        kernel, bias = layers[-1]
+        return sigmoid(x @ kernel + bias).reshape((-1,) + image_shape)
+    # smallNORB: a linear 8x8 map, three rounds of 2x bilinear upsampling
+    # and a LeakyReLU(0.2) convolution, a sigmoid convolution.
+    (kernel, bias), *convolutions = layers
+    x = (x @ kernel + bias).reshape(-1, 8, 8, 1)
+    for kernel, bias in convolutions[:-1]:
+        x = upsample_bilinear(x, 2)
+        x = leaky_relu(conv2d(x, kernel, (1, 1), "valid") + bias, 0.2)
+    kernel, bias = convolutions[-1]
+    return sigmoid(conv2d(x, kernel, (1, 1), "valid") + bias)
