@@ -163,11 +163,16 @@ def read_layers(path):
                 name = f"{group_name}/{layer}" if layer else group_name
                 weights = layers.setdefault(name, {})
                 weight = weight.split(":")[0]
-                if weight in weights or weight_name not in group:
+                if weight_name not in group:
                     raise ValueError(
                         f"{path} lists the weight {weight_name} of layer "
-                        f"{group_name} twice or not at all. "
+                        f"{group_name} but does not store it. "
                         f"Received: path={path!r}"
+                    )
+                if weight in weights:
+                    raise ValueError(
+                        f"{path} has two weights named {weight} in the "
+                        f"layer {name}. Received: path={path!r}"
                     )
                 weights[weight] = np.asarray(group[weight_name])
     return list(layers.items())

@@ -326,3 +326,10 @@ class FromReferenceWeightsTest(TestCase):
             ValueError, "not a Keras 2 HDF5 weight file.*Received: path="
         ):
             EfficientCapsNet.from_reference_weights(keras3)
+        # A weight listed but not stored.
+        with h5py.File(path, "a") as file:
+            del file["Efficient_CapsNet/fc_caps/W:0"]
+        with self.assertRaisesRegex(
+            ValueError, "weight fc_caps/W:0 .* does not store it.*Received"
+        ):
+            EfficientCapsNet.from_reference_weights(path)
