@@ -660,28 +660,3 @@ class DefaultsTest(TestCase):
         self.assertEqual(
             defaults(models.MatrixCapsNet, ["routing_iterations"]), [2]
         )
-
-    def test_official_options_are_the_official_setting(self):
-        rng = np.random.default_rng(0)
-        votes = rng.normal(size=(2, 12, 3, 16)).astype("float32")
-        activations = rng.uniform(size=(2, 12)).astype("float32")
-        beta = np.zeros(3, "float32")
-        self.assertEqual(
-            dict(capsule_ops.OFFICIAL_EM_OPTIONS),
-            {"iterations": 3, "final_lambda": 0.01, "mode": "official"},
-        )
-        official = capsule_ops.em_routing(
-            votes, activations, beta, beta, **capsule_ops.OFFICIAL_EM_OPTIONS
-        )
-        explicit = capsule_ops.em_routing(
-            votes,
-            activations,
-            beta,
-            beta,
-            iterations=3,
-            final_lambda=0.01,
-            mode="official",
-        )
-        default = capsule_ops.em_routing(votes, activations, beta, beta)
-        self.assertAllClose(official[1], explicit[1], atol=0)
-        self.assertFalse(np.allclose(official[1], default[1]))
