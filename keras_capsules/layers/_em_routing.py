@@ -11,13 +11,18 @@ class EMRoutingOptions:
     other options is a new layer (`from_config` with overrides)."""
 
     def keep_routing_options(
-        self, routing_iterations, final_lambda, min_variance, routing_mode
+        self,
+        routing_iterations,
+        final_lambda,
+        min_variance,
+        routing_mode,
+        epsilon,
     ):
         self.routing_options = em_core.check_options(
             routing_iterations,
             final_lambda,
             min_variance,
-            None,
+            epsilon,
             routing_mode,
             names=em_core.LAYER_NAMES,
         )
@@ -42,3 +47,9 @@ class EMRoutingOptions:
         """`"official"` or `"paper"`, the forms of the M-step
         (read-only)."""
         return self.routing_options.mode
+
+    @property
+    def epsilon(self):
+        """The epsilon added to every mass, or `None` for
+        `keras.config.epsilon()` at call time (read-only)."""
+        return self.routing_options.epsilon

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 from absl.testing import parameterized
 
+from keras_capsules import layers
 from keras_capsules import ops as capsule_ops
 from keras_capsules.testing import TestCase
 from tests import references
@@ -195,3 +196,85 @@ class OfficialOptionsTest(TestCase):
         )
         difference = keras.ops.convert_to_numpy(exact[0]) - expected[0]
         self.assertGreater(np.max(np.abs(difference)), 100 * _TOLERANCE)
+
+
+def _layer_options(options):
+    names = {
+        "iterations": "routing_iterations",
+        "mode": "routing_mode",
+        "normalization": "routing_normalization",
+    }
+    return {names.get(k, k): v for k, v in options.items()}
+
+
+class OfficialLayersTest(TestCase):
+    """The layers with the official settings route their votes as the
+    official code does (EMConvCaps in the layout of this backend)."""
+
+    @parameterized.named_parameters(("s1", 1, 6), ("s2", 2, 7))
+    def test_em_conv_caps(self, strides, grid):
+        rng = np.random.default_rng(10 + strides)
+        num_in, num_out = 3, 4
+        poses = rng.normal(size=(2, grid, grid, num_in, 4, 4))
+        poses = poses.astype("float32")
+        activations = rng.uniform(size=(2, grid, grid, num_in))
+        activations = _with_inactive_children(activations.astype("float32"))
+        kernel = rng.normal(0, 0.3, (3, 3, num_in, num_out, 4, 4))
+        beta_v, beta_a = _betas(rng, num_out)
+        layer = layers.EMConvCaps(
+            num_out,
+            3,
+            strides=strides,
+            **_layer_options(capsule_ops.OFFICIAL_EM_OPTIONS),
+        )
+        layer.build([poses.shape, activations.shape])
+        layer.set_weights([kernel.astype("float32"), beta_v, beta_a])
+        out_poses, out_activations = layer([poses, activations])
+        votes = references.em_conv_votes(
+            poses, layer.get_weights()[0], 3, strides
+        )
+        expected = _official_conv(
+            votes, activations, beta_v, beta_a, 3, strides, "valid"
+        )
+        out = expected[0].shape[1]
+        self.assertAllClose(
+            out_poses,
+            expected[0].reshape(2, out, out, num_out, 4, 4),
+            atol=_TOLERANCE,
+            rtol=0,
+        )
+        self.assertAllClose(
+            out_activations, expected[1], atol=_TOLERANCE, rtol=0
+        )
+
+    def test_em_class_caps(self):
+        rng = np.random.default_rng(12)
+        num_in, num_classes = 4, 5
+        poses = rng.normal(size=(2, 3, 3, num_in, 4, 4)).astype("float32")
+        activations = rng.uniform(size=(2, 3, 3, num_in)).astype("float32")
+        activations = _with_inactive_children(activations)
+        kernel = rng.normal(0, 0.5, (num_in, num_classes, 4, 4))
+        beta_v, beta_a = _betas(rng, num_classes)
+        layer = layers.EMClassCaps(
+            num_classes,
+            coordinate_addition=False,
+            **_layer_options(capsule_ops.OFFICIAL_EM_CLASS_OPTIONS),
+        )
+        layer.build([poses.shape, activations.shape])
+        layer.set_weights([kernel.astype("float32"), beta_v, beta_a])
+        class_poses, class_activations = layer([poses, activations])
+        votes = references.em_class_votes(
+            poses, layer.get_weights()[0], None, None
+        )
+        expected = _official_class(
+            votes, activations.reshape(2, -1), beta_v, beta_a
+        )
+        self.assertAllClose(
+            class_poses,
+            expected[0].reshape(2, num_classes, 4, 4),
+            atol=_TOLERANCE,
+            rtol=0,
+        )
+        self.assertAllClose(
+            class_activations, expected[1], atol=_TOLERANCE, rtol=0
+        )

@@ -639,14 +639,21 @@ class DefaultsTest(TestCase):
             parameters = inspect.signature(fn).parameters
             return [parameters[name].default for name in names]
 
-        op_names = ["iterations", "final_lambda", "min_variance", "mode"]
+        op_names = [
+            "iterations",
+            "final_lambda",
+            "min_variance",
+            "mode",
+            "epsilon",
+        ]
         layer_names = [
             "routing_iterations",
             "final_lambda",
             "min_variance",
             "routing_mode",
+            "epsilon",
         ]
-        expected = [2, 1e-3, 5e-4, "paper"]
+        expected = [2, 1e-3, 5e-4, "paper", None]
         self.assertEqual(defaults(capsule_ops.em_routing, op_names), expected)
         self.assertEqual(
             defaults(capsule_ops.em_conv_routing, op_names), expected
