@@ -664,6 +664,9 @@ class DefaultsTest(TestCase):
             defaults(capsule_ops.em_conv_routing, ["normalization"]),
             defaults(layers.EMConvCaps, ["routing_normalization"]),
         )
+        # The model's `None` is its routing setting's, the layers' 2 by
+        # default (tests/models/matrix_capsnet_test.py builds it).
         self.assertEqual(
-            defaults(models.MatrixCapsNet, ["routing_iterations"]), [2]
+            defaults(models.MatrixCapsNet, ["routing_iterations", "routing"]),
+            [None, "default"],
         )
