@@ -27,6 +27,15 @@ EM_SETTINGS = {
     "official": {"iterations": 3, "final_lambda": 0.01, "mode": "official"},
     "paper": {"iterations": 2, "final_lambda": 1e-3, "mode": "paper"},
 }
+# `ops.OFFICIAL_EM_CLASS_OPTIONS`, spelled out as the settings above are.
+EM_CLASS_SETTING = {
+    "iterations": 3,
+    "final_lambda": 0.0025,
+    "min_variance": 5e-4,
+    "epsilon": 1e-5,
+    "mode": "official",
+}
+NORMALIZATIONS = ("official", "window", "all_parents", "reference")
 
 
 def _rng(seed=0):
@@ -51,8 +60,11 @@ def _ops_outputs():
         out[f"em_routing_{name}"] = kc.em_routing(
             em_votes, em_acts, beta, beta, **setting
         )
+    out["em_routing_official_class"] = kc.em_routing(
+        em_votes, em_acts, beta, beta, **EM_CLASS_SETTING
+    )
     conv_acts = _array((2, 6, 6, 4), 6)
-    for normalization in ("official", "window", "all_parents"):
+    for normalization in NORMALIZATIONS:
         for padding in ("valid", "same"):
             out_size = 2 if padding == "valid" else 3
             conv_votes = _array((2, out_size, out_size, 36, 3, 16), 7, -1, 1)
@@ -108,7 +120,7 @@ def _layer_cases():
         ("mask", [capsules], layers.Mask),
         ("primary_matrix_caps", [image], lambda: layers.PrimaryMatrixCaps(4)),
     ]
-    for normalization in ("official", "window", "all_parents"):
+    for normalization in NORMALIZATIONS:
         for padding in ("valid", "same"):
             cases.append(
                 (
@@ -226,6 +238,11 @@ def _model_outputs():
     out["matrix_capsnet_step"] += [
         ops.convert_to_numpy(w) for w in matrix.trainable_weights
     ]
+    keras.utils.set_random_seed(0)
+    official = models.MatrixCapsNet.from_preset(
+        "tiny", input_shape=(28, 28, 1), num_classes=10, routing="official"
+    )
+    out["matrix_capsnet_official_predict"] = official.predict(images, verbose=0)
     return out
 
 

@@ -574,3 +574,159 @@ def _authors_decoder(x, layers, image_shape):
         x = leaky_relu(conv2d(x, kernel, (1, 1), "valid") + bias, 0.2)
     kernel, bias = convolutions[-1]
     return sigmoid(conv2d(x, kernel, (1, 1), "valid") + bias)
+
+
+def extract_image_patches(images, sizes, strides, rates):
+    """TensorFlow's `tf.image.extract_patches` (TF1's
+    `tf.extract_image_patches`) with `padding="VALID"`, by its definition.
+
+    `images` is `(batch, rows, cols, depth)`. A patch samples a window of
+    `sizes` entries spaced `rates` apart (a kernel dilated to
+    `sizes + (sizes - 1) * (rates - 1)`), placed every `strides`; output
+    `(batch, out_rows, out_cols, sizes[0] * sizes[1] * depth)`, each patch
+    flattened in (patch row, patch column, depth) order, with
+    `out = (size - dilated) // stride + 1` on each axis.
+    """
+    batch, rows, cols, depth = images.shape
+    spans = [k + (k - 1) * (r - 1) for k, r in zip(sizes, rates)]
+    out_rows = (rows - spans[0]) // strides[0] + 1
+    out_cols = (cols - spans[1]) // strides[1] + 1
+    out = np.zeros((batch, out_rows, out_cols, sizes[0], sizes[1], depth))
+    for i in range(out_rows):
+        for j in range(out_cols):
+            for u in range(sizes[0]):
+                for v in range(sizes[1]):
+                    row = i * strides[0] + u * rates[0]
+                    col = j * strides[1] + v * rates[1]
+                    out[:, i, j, u, v] = images[:, row, col]
+    return out.reshape(batch, out_rows, out_cols, -1)
+
+
+def _log_sigmoid(x):
+    return np.minimum(x, 0.0) - np.log1p(np.exp(-np.abs(x)))
+
+
+def official_class_routing(
+    wx,
+    input_activation,
+    activation_biases,
+    sigma_biases,
+    num_routing,
+    final_beta,
+    min_var=5e-4,
+):
+    """The official class-layer EM routing: google-research capsule_em,
+    `em_layers.py`, `update_em_routing` (with `leaky=False`, the default
+    `leaky` flag), as `connector_capsule_mat` calls it.
+
+    `wx` is `(batch, indim, outdim, outatom)`, the reference's `Wx`
+    without its trailing height and width of size 1; `input_activation`
+    `(batch, indim)`; the biases `(outdim,)`. Pass the `final_beta` the
+    routing receives (the caller's divided by 4). Returns the activation
+    logits `(batch, outdim)` and the centres `(batch, outdim, outatom)`.
+    """
+    wx = np.asarray(wx, dtype="float64")
+    activation = np.asarray(input_activation, "float64")[:, :, None, None]
+    batch, indim, outdim, atoms = wx.shape
+    beta_a = np.asarray(activation_biases, dtype="float64")[:, None]
+    beta_v = np.asarray(sigma_biases, dtype="float64")[:, None]
+    # The prior update starts at zero: a uniform softmax over outdim.
+    update = np.zeros((batch, indim, outdim, 1))
+    center = np.zeros((batch, 1, outdim, atoms))
+    for i in range(num_routing):
+        beta = final_beta * (1 - 0.95 ** (i + 1))
+        posterior = softmax(update, axis=2)
+        vote_conf = posterior * activation
+        masses = vote_conf.sum(axis=1, keepdims=True) + 1e-5
+        center = (
+            0.9 * (vote_conf * wx).sum(axis=1, keepdims=True) / masses
+            + 0.1 * center
+        )
+        noise = (wx - center) ** 2
+        variance = min_var + (vote_conf * noise).sum(1, keepdims=True) / masses
+        log_det = np.log(variance).sum(axis=3, keepdims=True)
+        win = masses * (-log_det - beta_v * atoms * (_LOG_2PI + 1.0))
+        logit = beta * (win - beta_a * 5000)
+        update = (
+            _log_sigmoid(logit)
+            - (atoms * _LOG_2PI + log_det) / 2.0
+            - (noise / (2 * variance)).sum(axis=3, keepdims=True)
+        )
+    return logit[:, 0, :, 0], center[:, 0]
+
+
+def official_conv_routing(
+    wx,
+    input_activation,
+    activation_biases,
+    sigma_biases,
+    num_routing,
+    final_beta,
+    min_var=5e-4,
+):
+    """The official convolutional EM routing: google-research capsule_em,
+    `em_layers.py`, `update_conv_routing`, as `conv_capsule_mat` calls it.
+
+    `wx` is `(batch, indim, outdim, outatom, height, width, k, k)` (the
+    reference's layout: output position, then kernel offset),
+    `input_activation` `(batch, indim, height, width, k, k)`, the
+    activation of the child behind each window entry, and the biases
+    `(outdim,)`. Returns the activation logits `(batch, outdim, height,
+    width)` and the centres `(batch, outdim, outatom, height, width)`.
+
+    The E-step shifts `log p` by one maximum per (example, input type,
+    output type) over every position and kernel offset, adds 1e-7 to the
+    sums, and sums the entries of output position `p` and kernel offset
+    `t` by `p + t` on each axis. The reference does this by laying the
+    kernel offsets of each position out on a `(height * k, width * k)`
+    grid, padding it by `(k - 1) ** 2`, taking `k x k` patches at stride
+    `k` with rate `k - 1`, summing them, and taking `k x k` patches of the
+    sums at stride 1; so does this transcription. (The reference reshapes
+    that grid to `n * k` squared, square outputs only; rows and columns
+    are kept apart here, the same for square grids.)
+    """
+    wx = np.asarray(wx, dtype="float64")
+    batch, indim, outdim, atoms, height, width, k, _ = wx.shape
+    activation = np.asarray(input_activation, dtype="float64")[:, :, None, None]
+    shape = (1, 1, outdim, 1, 1, 1, 1, 1)
+    beta_a = np.reshape(np.asarray(activation_biases, "float64"), shape)
+    beta_v = np.reshape(np.asarray(sigma_biases, "float64"), shape)
+    summed_axes = (1, 6, 7)
+    # softmax over outdim of zeros.
+    posterior = np.full((batch, indim, outdim, 1, height, width, k, k), 1.0)
+    posterior /= outdim
+    center = np.zeros((batch, 1, outdim, atoms, height, width, 1, 1))
+    for i in range(num_routing):
+        beta = final_beta * (1 - 0.95 ** (i + 1))
+        vote_conf = posterior * activation
+        masses = vote_conf.sum(axis=summed_axes, keepdims=True) + 1e-7
+        center = (
+            0.9 * (vote_conf * wx).sum(axis=summed_axes, keepdims=True) / masses
+            + 0.1 * center
+        )
+        noise = (wx - center) ** 2
+        variance = (
+            min_var
+            + (vote_conf * noise).sum(axis=summed_axes, keepdims=True) / masses
+        )
+        log_det = np.log(variance).sum(axis=3, keepdims=True)
+        win = masses * (-log_det - beta_v * atoms * (_LOG_2PI + 1.0))
+        logit = beta * (win - beta_a * 5000)
+        prior_update = (
+            _log_sigmoid(logit)
+            - (atoms * _LOG_2PI + log_det) / 2.0
+            - (noise / (2 * variance)).sum(axis=3, keepdims=True)
+        )
+        prior_exp = np.exp(
+            prior_update - prior_update.max(axis=(4, 5, 6, 7), keepdims=True)
+        )
+        laid_out = prior_exp.transpose(0, 1, 2, 3, 4, 6, 5, 7)
+        laid_out = laid_out.reshape(-1, height * k, width * k, 1)
+        pad = (k - 1) ** 2
+        laid_out = np.pad(laid_out, [(0, 0), (pad, pad), (pad, pad), (0, 0)])
+        gathered = extract_image_patches(laid_out, (k, k), (k, k), (k - 1,) * 2)
+        sums = gathered.sum(axis=-1, keepdims=True)
+        spread = extract_image_patches(sums, (k, k), (1, 1), (1, 1))
+        spread = spread.reshape(batch, indim, outdim, 1, height, width, k, k)
+        posterior = prior_exp / (spread + 1e-7)
+    return logit[:, 0, :, 0, :, :, 0, 0], center[:, 0, :, :, :, :, 0, 0]

@@ -36,9 +36,11 @@ class EMClassCaps(EMRoutingOptions, keras.layers.Layer):
 
     The routing defaults are those of `keras_capsules.ops.em_routing`, the
     setting that learned fastest (docs/em_routing.md). The official class
-    layer divides the official inverse temperature by 4:
-    `routing_iterations=3, final_lambda=0.0025, routing_mode="official"`
-    reproduces it. The official code adds the coordinates to `pose[0, 0]`
+    layer divides the official inverse temperature by 4 and adds 1e-5 to
+    its masses: `routing_iterations=3, final_lambda=0.0025,
+    min_variance=5e-4, epsilon=1e-5, routing_mode="official"`
+    (`ops.OFFICIAL_EM_CLASS_OPTIONS`) reproduces its routing to float
+    precision. The official code adds the coordinates to `pose[0, 0]`
     and `pose[0, 1]` (the default `coordinate_placement="official"`); the
     paper describes the first two elements of the right-hand column,
     `pose[0, 3]` and `pose[1, 3]` (`"paper"`). The official coordinates are
@@ -73,6 +75,10 @@ class EMClassCaps(EMRoutingOptions, keras.layers.Layer):
         routing_mode: `"official"` or `"paper"`, the forms of the M-step
             (see `keras_capsules.ops.em_routing`). Defaults to `"paper"`
             (as `EMConvCaps`).
+        epsilon: Optional positive float added to every mass of the
+            routing. Defaults to `None`, which means
+            `keras.config.epsilon()`, 1e-7 (the official class layer uses
+            1e-5, which counts only where the activations are near 0).
         kernel_initializer: Initializer for the transformation matrices.
             Defaults to `None`, which means `TruncatedNormal(stddev=0.01)`
             (the official value).
@@ -130,6 +136,7 @@ class EMClassCaps(EMRoutingOptions, keras.layers.Layer):
         final_lambda=_DEFAULTS.final_lambda,
         min_variance=_DEFAULTS.min_variance,
         routing_mode=_DEFAULTS.mode,
+        epsilon=_DEFAULTS.epsilon,
         kernel_initializer=None,
         beta_v_initializer=None,
         beta_a_initializer=None,
@@ -149,7 +156,11 @@ class EMClassCaps(EMRoutingOptions, keras.layers.Layer):
             coordinate_scale, "coordinate_scale", allow_none=True
         )
         self.keep_routing_options(
-            routing_iterations, final_lambda, min_variance, routing_mode
+            routing_iterations,
+            final_lambda,
+            min_variance,
+            routing_mode,
+            epsilon,
         )
         # Fresh instances per layer: an unseeded initializer draws its seed
         # once, so a shared default object would repeat its values.
@@ -233,6 +244,7 @@ class EMClassCaps(EMRoutingOptions, keras.layers.Layer):
                 "final_lambda": self.final_lambda,
                 "min_variance": self.min_variance,
                 "routing_mode": self.routing_mode,
+                "epsilon": self.epsilon,
                 **serialize_objects(
                     self,
                     "kernel_initializer",

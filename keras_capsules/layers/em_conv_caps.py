@@ -36,8 +36,11 @@ class EMConvCaps(EMRoutingOptions, keras.layers.Layer):
     TensorFlow and JAX the routing runs in the layout the matmul writes
     (children first), which is faster there and gives the same values.
     The routing defaults are those of the op, the setting that learned
-    fastest (docs/em_routing.md); the official code's setting is
-    `routing_iterations=3, final_lambda=0.01, routing_mode="official"`.
+    fastest (docs/em_routing.md); the official code's setting,
+    `routing_iterations=3, final_lambda=0.01, min_variance=5e-4,
+    epsilon=1e-7, routing_mode="official",
+    routing_normalization="reference"` (`ops.OFFICIAL_EM_OPTIONS`),
+    reproduces its convolutional routing to float precision.
     A model built from this layer trains several times faster with
     `compile(jit_compile=True)` on TensorFlow (docs/performance.md).
     Each output type has its own `beta_v` and `beta_a`, shared over
@@ -72,12 +75,16 @@ class EMConvCaps(EMRoutingOptions, keras.layers.Layer):
             (see `keras_capsules.ops.em_routing`). Defaults to `"paper"`
             (the official form, with its `5000 * beta_a` term, learned
             more slowly).
-        routing_normalization: `"window"`, `"official"` or
-            `"all_parents"`: how the E-step normalises the assignments of
-            a child that overlapping windows share (see
+        routing_normalization: `"window"`, `"official"`,
+            `"all_parents"` or `"reference"`: how the E-step normalises
+            the assignments of a child that overlapping windows share (see
             `keras_capsules.ops.em_conv_routing`). Defaults to
             `"official"`, which learned fastest; `"window"` trains a step
-            faster.
+            faster; `"reference"` has the official code's numerics.
+        epsilon: Optional positive float added to every mass of the
+            routing (and, with `"reference"`, to the sums of its E-step).
+            Defaults to `None`, which means `keras.config.epsilon()`
+            (1e-7, the official value).
         kernel_initializer: Initializer for the transformation matrices.
             Defaults to `None`, which means `TruncatedNormal(stddev=0.3)`
             (the official value).
@@ -141,6 +148,7 @@ class EMConvCaps(EMRoutingOptions, keras.layers.Layer):
         min_variance=_DEFAULTS.min_variance,
         routing_mode=_DEFAULTS.mode,
         routing_normalization=em_core.DEFAULT_NORMALIZATION,
+        epsilon=_DEFAULTS.epsilon,
         kernel_initializer=None,
         beta_v_initializer=None,
         beta_a_initializer=None,
@@ -154,7 +162,11 @@ class EMConvCaps(EMRoutingOptions, keras.layers.Layer):
         self.strides = normalize_pair(strides, "strides")
         self.padding = normalize_padding(padding)
         self.keep_routing_options(
-            routing_iterations, final_lambda, min_variance, routing_mode
+            routing_iterations,
+            final_lambda,
+            min_variance,
+            routing_mode,
+            epsilon,
         )
         self.routing_normalization = em_core.check_normalization(
             routing_normalization, "routing_normalization"
@@ -241,6 +253,7 @@ class EMConvCaps(EMRoutingOptions, keras.layers.Layer):
                 "min_variance": self.min_variance,
                 "routing_mode": self.routing_mode,
                 "routing_normalization": self.routing_normalization,
+                "epsilon": self.epsilon,
                 **serialize_objects(
                     self,
                     "kernel_initializer",

@@ -9,6 +9,8 @@ from keras_capsules._validation import check_int
 from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
+from keras_capsules.layers._em_routing import ROUTINGS
+from keras_capsules.layers._em_routing import model_routing
 from keras_capsules.layers.em_class_caps import EMClassCaps
 from keras_capsules.layers.em_conv_caps import EMConvCaps
 from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps
@@ -16,7 +18,6 @@ from keras_capsules.losses.spread_loss import SpreadLoss
 from keras_capsules.models._base import CapsuleModel
 from keras_capsules.models._base import is_auto
 from keras_capsules.models._base import read_only_presets
-from keras_capsules.ops.em import _core as em_core
 
 # Conv1 is a 5x5 stride-2 valid convolution and the two convolutional
 # capsule layers use 3x3 kernels with strides 2 then 1 (paper, Figure 1).
@@ -69,10 +70,12 @@ class MatrixCapsNet(CapsuleModel):
     (docs/em_routing.md): the official per-type normalisation of the
     assignments over overlapping windows, 2 EM iterations, the paper's
     M-step with an inverse temperature of 1e-3 and `beta_v = beta_a = 0`
-    at the start. With the official routing setting instead (3
-    iterations, the official M-step with `final_beta` 0.01 and its `5000
-    * beta_a` term), together with the all-parents normalisation of the
-    official code's later path, the network stayed near chance.
+    at the start. `routing="official"` gives the three routed layers the
+    official code's routing instead, which they reproduce to float
+    precision (3 iterations, its M-step with `final_beta` 0.01, a quarter
+    of it in the class capsules, and its E-step numerics); the
+    initializers stay as above. Its iterations and M-step with the
+    all-parents normalisation kept the network near chance.
 
     The spread-loss margin is real state with one owner: the model's
     `spread_margin`, a non-trainable scalar `keras.Variable` that starts
@@ -113,15 +116,19 @@ class MatrixCapsNet(CapsuleModel):
         B: Integer, the primary capsule types. Defaults to `32`.
         C: Integer, the capsule types of ConvCaps1. Defaults to `32`.
         D: Integer, the capsule types of ConvCaps2. Defaults to `32`.
-        routing_iterations: Integer, the EM iterations of every routed
-            layer, checked by the layers. Defaults to `2` (the paper uses
-            3, which learned far more slowly here; see
-            docs/em_routing.md).
+        routing_iterations: Optional integer, the EM iterations of every
+            routed layer, checked by the layers. Defaults to `None`, the
+            routing setting's: 2 by default (the paper uses 3, which
+            learned far more slowly here; see docs/em_routing.md).
         coordinate_addition: Boolean, whether the class capsules add the
             position of each input capsule to its votes. Defaults to
             `True`.
         weight_decay: Non-negative float, the official weight-decay
             coefficient (see above); `0` for none. Defaults to `2e-7`.
+        routing: `"default"` or `"official"`: the routed layers' defaults,
+            or the official code's routing, `ops.OFFICIAL_EM_OPTIONS` in
+            the convolutional capsules and `ops.OFFICIAL_EM_CLASS_OPTIONS`
+            in the class capsules. Defaults to `"default"`.
         **kwargs: Keyword arguments of `keras.Model`, such as `name`.
 
     Call arguments:
@@ -176,9 +183,10 @@ class MatrixCapsNet(CapsuleModel):
         B=32,
         C=32,
         D=32,
-        routing_iterations=em_core.DEFAULTS.iterations,
+        routing_iterations=None,
         coordinate_addition=True,
         weight_decay=2e-7,
+        routing="default",
         **kwargs,
     ):
         input_shape = check_image_shape(input_shape)
@@ -192,6 +200,8 @@ class MatrixCapsNet(CapsuleModel):
             check_positive_int(value, name)
         check_bool(coordinate_addition, "coordinate_addition")
         check_non_negative_number(weight_decay, "weight_decay")
+        check_option(routing, "routing", ROUTINGS)
+        conv_routing, class_routing = model_routing(routing, routing_iterations)
         # 5x5/2 then 3x3/2 then 3x3/1, all valid: 1 <- 3 <- 7 <- 17.
         check_image_size(
             input_shape,
@@ -242,7 +252,7 @@ class MatrixCapsNet(CapsuleModel):
             num_capsules=C,
             kernel_size=_CAPS_KERNEL_SIZE,
             strides=_CAPS_STRIDES[0],
-            routing_iterations=routing_iterations,
+            **conv_routing,
             kernel_regularizer=regularizer(),
             name="conv_caps1",
         )
@@ -250,16 +260,16 @@ class MatrixCapsNet(CapsuleModel):
             num_capsules=D,
             kernel_size=_CAPS_KERNEL_SIZE,
             strides=_CAPS_STRIDES[1],
-            routing_iterations=routing_iterations,
+            **conv_routing,
             kernel_regularizer=regularizer(),
             name="conv_caps2",
         )
         class_caps = EMClassCaps(
             num_classes=num_classes,
-            routing_iterations=routing_iterations,
             coordinate_addition=coordinate_addition,
             kernel_regularizer=regularizer(),
             name="class_caps",
+            **class_routing,
         )
 
         # === Functional Model ===
@@ -285,7 +295,8 @@ class MatrixCapsNet(CapsuleModel):
         self.B = B
         self.C = C
         self.D = D
-        self.routing_iterations = routing_iterations
+        self.routing_iterations = conv_caps1.routing_iterations
+        self.routing = routing
         self.coordinate_addition = coordinate_addition
         self.weight_decay = weight_decay
         # `input_shape` is a read-only property of functional models, equal
@@ -434,4 +445,5 @@ class MatrixCapsNet(CapsuleModel):
             "routing_iterations": self.routing_iterations,
             "coordinate_addition": self.coordinate_addition,
             "weight_decay": self.weight_decay,
+            "routing": self.routing,
         }

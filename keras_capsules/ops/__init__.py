@@ -3,6 +3,7 @@
 from keras_capsules.ops.conv import conv2d
 from keras_capsules.ops.conv import depthwise_conv2d
 from keras_capsules.ops.dynamic import dynamic_routing
+from keras_capsules.ops.em import OFFICIAL_EM_CLASS_OPTIONS
 from keras_capsules.ops.em import OFFICIAL_EM_OPTIONS
 from keras_capsules.ops.em import em_conv_routing
 from keras_capsules.ops.em import em_routing

@@ -140,6 +140,8 @@ class OffsetsLast:
     """Tiles `(batch, out_h, out_w, kernel_h, kernel_w, channels)`."""
 
     offset_axis = 3
+    # The output-position and kernel-offset axes: every entry of a channel.
+    window_axes = (1, 2, 3, 4)
 
     def merged_channels(self, kernel_size, channels):
         return kernel_size[0] * kernel_size[1] * channels
@@ -155,6 +157,7 @@ class OffsetsFirst:
     """Tiles `(kernel_h, kernel_w, batch, out_h, out_w, channels)`."""
 
     offset_axis = 0
+    window_axes = (0, 1, 3, 4)
 
     def merged_channels(self, kernel_size, channels):
         return channels

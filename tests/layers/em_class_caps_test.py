@@ -31,6 +31,29 @@ class EMClassCapsTest(TestCase):
             expected_num_params=4 * 16 * 5 + 2 * 5,
         )
 
+    def test_official_setting(self):
+        official = {
+            "routing_iterations": 3,
+            "final_lambda": 0.0025,
+            "min_variance": 5e-4,
+            "epsilon": 1e-5,
+            "routing_mode": "official",
+        }
+        self.run_layer_test(
+            EMClassCaps,
+            {"num_classes": 5, **official},
+            input_data=_capsules((2, 3, 3, 4)),
+            expected_output_shape=[(2, 5, 4, 4), (2, 5)],
+            expected_num_trainable_weights=3,
+            expected_num_params=4 * 16 * 5 + 2 * 5,
+        )
+        layer = EMClassCaps(num_classes=5, **official)
+        self.assertEqual(layer.epsilon, 1e-5)
+        self.assertEqual(EMClassCaps(num_classes=5).epsilon, None)
+        self.assertEqual(
+            EMClassCaps.from_config(layer.get_config()).epsilon, 1e-5
+        )
+
     def test_paper_parameter_count(self):
         # B = 32 capsule types, 5 smallNORB classes: 32*16*5 + 2*5.
         layer = EMClassCaps(num_classes=5)
@@ -184,6 +207,10 @@ class EMClassCapsTest(TestCase):
             ValueError, r"positive number.*Received: coordinate_scale=0"
         ):
             EMClassCaps(num_classes=2, coordinate_scale=0)
+        with self.assertRaisesRegex(
+            ValueError, r"positive number.*Received: epsilon=-1"
+        ):
+            EMClassCaps(num_classes=2, epsilon=-1)
         layer = EMClassCaps(num_classes=2)
         with self.assertRaisesRegex(
             ValueError, r"expects a list.*Received: input_shape"

@@ -24,6 +24,20 @@ class EMConvCapsTest(TestCase):
             (3, 3),
             (3, 3),
         ),
+        (
+            "k3_s2_official_setting",
+            {
+                "strides": (2, 2),
+                "routing_iterations": 3,
+                "final_lambda": 0.01,
+                "min_variance": 5e-4,
+                "epsilon": 1e-7,
+                "routing_mode": "official",
+                "routing_normalization": "reference",
+            },
+            (5, 5),
+            (2, 2),
+        ),
     )
     def test_layer_basics(self, extra_kwargs, grid, out_grid):
         init_kwargs = {"num_capsules": 2, "kernel_size": (3, 3)}
@@ -60,6 +74,7 @@ class EMConvCapsTest(TestCase):
         ("window", "window"),
         ("official", "official"),
         ("all_parents", "all_parents"),
+        ("reference", "reference"),
     )
     def test_votes_and_routing_match_numpy(self, normalization):
         inputs = _capsules((2, 5, 5, 3), seed=1)
@@ -137,6 +152,7 @@ class EMConvCapsTest(TestCase):
             final_lambda=0.01,
             min_variance=1e-4,
             routing_mode="official",
+            epsilon=1e-5,
         )
         self.assertEqual(
             (
@@ -144,11 +160,18 @@ class EMConvCapsTest(TestCase):
                 layer.final_lambda,
                 layer.min_variance,
                 layer.routing_mode,
+                layer.epsilon,
             ),
-            (3, 0.01, 1e-4, "official"),
+            (3, 0.01, 1e-4, "official", 1e-5),
         )
+        self.assertEqual(layer.get_config()["epsilon"], 1e-5)
         # A variant is a new layer from the config, not a changed one.
-        for name in ("routing_iterations", "final_lambda", "routing_mode"):
+        for name in (
+            "routing_iterations",
+            "final_lambda",
+            "routing_mode",
+            "epsilon",
+        ):
             with self.assertRaises(AttributeError):
                 setattr(layer, name, 2)
         variant = EMConvCaps.from_config(
@@ -176,6 +199,14 @@ class EMConvCapsTest(TestCase):
             ValueError, r"positive number.*Received: final_lambda=0"
         ):
             EMConvCaps(num_capsules=2, final_lambda=0)
+        with self.assertRaisesRegex(
+            ValueError, r"positive number.*Received: epsilon=0"
+        ):
+            EMConvCaps(num_capsules=2, epsilon=0)
+        with self.assertRaisesRegex(
+            ValueError, r"positive number.*Received: epsilon=tiny"
+        ):
+            EMConvCaps(num_capsules=2, epsilon="tiny")
         with self.assertRaisesRegex(
             ValueError, r"padding must be .*Received: padding=full"
         ):

@@ -400,6 +400,50 @@ class MatrixCapsNetTest(TestCase):
         )
         self.assertIsInstance(deserialized, MatrixCapsNet)
 
+    def test_routing_setting(self):
+        sizes = {k: v for k, v in _TINY.items() if k != "routing_iterations"}
+        default = MatrixCapsNet(**sizes)
+        self.assertEqual(default.routing_iterations, 2)
+        self.assertEqual(default.get_config()["routing"], "default")
+        self.assertEqual(default.get_config()["routing_iterations"], 2)
+        official = MatrixCapsNet(routing="official", **sizes)
+        conv = {
+            "routing_iterations": 3,
+            "final_lambda": 0.01,
+            "min_variance": 5e-4,
+            "epsilon": 1e-7,
+            "routing_mode": "official",
+            "routing_normalization": "reference",
+        }
+        dense = {
+            "routing_iterations": 3,
+            "final_lambda": 0.0025,
+            "min_variance": 5e-4,
+            "epsilon": 1e-5,
+            "routing_mode": "official",
+        }
+        for layer, expected in (
+            (official.conv_caps1, conv),
+            (official.conv_caps2, conv),
+            (official.class_caps, dense),
+            (default.conv_caps1, {"routing_normalization": "official"}),
+            (default.class_caps, {"epsilon": None, "final_lambda": 1e-3}),
+        ):
+            config = layer.get_config()
+            self.assertEqual({k: config[k] for k in expected}, expected)
+        config = official.get_config()
+        self.assertEqual(
+            (config["routing"], config["routing_iterations"]), ("official", 3)
+        )
+        self.assertEqual(MatrixCapsNet.from_config(config).get_config(), config)
+        x, _ = _data(2)
+        self.run_model_saving_test(official, x)
+        # The iterations given override the setting's, in every layer.
+        fewer = MatrixCapsNet(routing="official", **_TINY)
+        for layer in (fewer.conv_caps1, fewer.conv_caps2, fewer.class_caps):
+            self.assertEqual(layer.routing_iterations, 1)
+        self.assertEqual(fewer.class_caps.epsilon, 1e-5)
+
     @parameterized.named_parameters(
         ("float16", "mixed_float16"), ("bfloat16", "mixed_bfloat16")
     )
@@ -441,6 +485,7 @@ class MatrixCapsNetTest(TestCase):
             ValueError,
             "Received: routing_iterations=0",
         ),
+        ("routing", {"routing": "fast"}, ValueError, "Received: routing=fast"),
         (
             "coordinates",
             {"coordinate_addition": "yes"},

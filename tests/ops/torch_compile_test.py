@@ -9,6 +9,7 @@ these tests take seconds.
 
 import keras
 import numpy as np
+from absl.testing import parameterized
 
 import keras_capsules
 from keras_capsules.testing import TestCase
@@ -27,13 +28,17 @@ class TorchCompileTest(TestCase):
     def _compile(self, fn):
         return self.torch.compile(fn, fullgraph=True, backend="eager")
 
-    def test_em_conv_caps_call_is_one_graph(self):
+    @parameterized.named_parameters(
+        ("official", "official"), ("reference", "reference")
+    )
+    def test_em_conv_caps_call_is_one_graph(self, normalization):
         layer = keras_capsules.layers.EMConvCaps(
             num_capsules=4,
             kernel_size=3,
             strides=1,
             padding="same",
             routing_iterations=2,
+            routing_normalization=normalization,
         )
         rng = np.random.default_rng(1)
         poses = self.torch.tensor(

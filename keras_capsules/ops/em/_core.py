@@ -30,8 +30,9 @@ from keras_capsules.ops.em._reductions import weighted_variance
 MODES = ("official", "paper")
 # How a convolutional child's assignments are normalised in the E-step: over
 # the output types of each window on its own, over each output type's
-# overlapping windows (official), or over every parent (Gritzman 2019).
-NORMALIZATIONS = ("window", "official", "all_parents")
+# overlapping windows (official), over every parent (Gritzman 2019), or
+# with the official code's own numerics (reference).
+NORMALIZATIONS = ("window", "official", "all_parents", "reference")
 
 # The routing options, checked once by whoever receives them.
 Options = collections.namedtuple(
@@ -199,6 +200,30 @@ def route_conv(
         def normalize(log_p):
             return softmax(log_p, axis=parent_axis)
 
+    elif normalization == "reference":
+        initial = ones / num_out
+        grouping = reference_grouping(geometry)
+        order = layout.tile_order
+        reference_epsilon = resolve_epsilon(options.epsilon)
+
+        def normalize(log_p):
+            # As google-research capsule_em `update_conv_routing`: one shift
+            # per (example, input type, output type), the largest log_p of
+            # all positions and offsets, and the epsilon added to the sums,
+            # so that entries far below that maximum lose assignment mass.
+            # The gradient flows through the maximum, as there.
+            log_p = ops.squeeze(log_p, axis=pose_axes)
+            tiles = layout.tiles(log_p)
+            exp = ops.exp(
+                tiles - ops.amax(tiles, axis=order.window_axes, keepdims=True)
+            )
+            folded = _tiles.fold_tiles(exp, grouping, "sum", order)
+            total = _tiles.tile_by_slices(folded, grouping, order)
+            assignments = exp / (total + reference_epsilon)
+            return layout.with_pose_axes(
+                layout.from_tiles(assignments, log_p.shape[-1])
+            )
+
     else:
         # How many windows contain the child behind each window entry (0
         # for the zero padding). Static, so XLA folds it into a constant.
@@ -250,6 +275,20 @@ def route_conv(
         assignments = ops.cast(layout.assignments(assignments), dtype)
         return poses, probabilities, assignments
     return poses, probabilities
+
+
+def reference_grouping(geometry):
+    """The `Tiling` by which `normalization="reference"` sums window
+    entries: google-research capsule_em groups the entry at output
+    position `p` and kernel offset `t` by `p + t`, as if the stride were 1
+    and nothing were padded, so at stride 2 it pairs entries of different
+    children. That is a stride-1 valid tiling of a grid of `out_size +
+    kernel_size - 1`, with the same output size and kernel."""
+    grid_size = tuple(
+        out + kernel - 1
+        for out, kernel in zip(geometry.out_size, geometry.kernel_size)
+    )
+    return _tiles.tiling(grid_size, geometry.kernel_size, (1, 1), "valid")
 
 
 def iterate(
