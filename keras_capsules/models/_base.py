@@ -145,8 +145,7 @@ class CapsuleModel(keras.Model):
         Raises:
             TypeError: If `preset_dir` is not a path or `metadata` is not
                 a dict of JSON values.
-            ValueError: If `weights_dtype` is not one of the above, or the
-                model is not built.
+            ValueError: If `weights_dtype` is not one of the above.
         """
         presets.save(self, preset_dir, metadata, weights_dtype)
 

@@ -136,11 +136,6 @@ def save(model, directory, metadata, weights_dtype):
             "Argument metadata must hold only JSON values (str, numbers, "
             f"bools, None, lists, dicts). Received: metadata={metadata!r}"
         ) from error
-    if not model.built:
-        raise ValueError(
-            "The model has no weights yet: build it (call it on a batch) "
-            f"before saving a preset. Received: model={model.name!r}"
-        )
     directory = os.path.expanduser(os.fspath(directory))
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
