@@ -73,32 +73,6 @@ x_val, y_val = x_train[-num_validation:], y_train[-num_validation:]
 x_train, y_train = x_train[:-num_validation], y_train[:-num_validation]
 
 
-class ShiftedDigits(keras.utils.PyDataset):
-    """Shuffled training batches, each digit shifted by up to 2 pixels
-    (zero-pad by 2, then a random 28 x 28 crop)."""
-
-    def __init__(self, x, y, batch_size, seed=0):
-        super().__init__()
-        self.x, self.y, self.batch_size = x, y, batch_size
-        self.rng = np.random.default_rng(seed)
-        self.order = self.rng.permutation(len(x))
-
-    def __len__(self):
-        return -(-len(self.x) // self.batch_size)
-
-    def __getitem__(self, index):
-        batch = self.order[index * self.batch_size :][: self.batch_size]
-        padded = np.pad(self.x[batch], ((0, 0), (2, 2), (2, 2), (0, 0)))
-        rows, cols = self.rng.integers(0, 5, size=(2, len(batch)))
-        images = [
-            p[r : r + 28, c : c + 28] for p, r, c in zip(padded, rows, cols)
-        ]
-        return np.stack(images), self.y[batch]
-
-    def on_epoch_end(self):
-        self.order = self.rng.permutation(len(self.x))
-
-
 """
 ## The model: depthwise primary capsules routed by self-attention
 
@@ -115,7 +89,7 @@ model.summary()
 
 start = time.time()
 model.fit(
-    ShiftedDigits(x_train, y_train, args.batch_size),
+    mnist.ShiftedDigits(x_train, y_train, args.batch_size, seed=0),
     epochs=args.epochs,
     validation_data=(x_val, y_val),
     verbose=1,

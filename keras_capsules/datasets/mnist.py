@@ -4,7 +4,8 @@
 2017) from TensorFlow Datasets, offline from the four original idx files when
 `manual_dir` is given. `load_sample` returns a small balanced subset that ships
 with the package and needs only NumPy, for tests, docs and quick experiments.
-`read_idx` reads the original idx files.
+`ShiftedDigits` feeds NumPy arrays to `fit` with the paper's random shifts on
+any backend. `read_idx` reads the original idx files.
 
 MNIST is by Yann LeCun and Corinna Cortes, licensed CC BY-SA 3.0; see
 `MNIST_SAMPLE.md` next to this module.
@@ -13,6 +14,7 @@ MNIST is by Yann LeCun and Corinna Cortes, licensed CC BY-SA 3.0; see
 import os
 import struct
 
+import keras
 import numpy as np
 
 from keras_capsules._validation import check_bool
@@ -220,6 +222,76 @@ def load_sample(split="train"):
     x = images.astype("float32")[..., None] / np.float32(255.0)
     y = np.eye(NUM_CLASSES, dtype="float32")[labels]
     return x, y
+
+
+class ShiftedDigits(keras.utils.PyDataset):
+    """Shuffled training batches of NumPy images, each randomly shifted.
+
+    Each image is shifted by a random integer number of pixels, up to
+    `max_shift` in each direction, with zero fill (zero-padded by
+    `max_shift`, then randomly cropped back to its size): the augmentation of
+    Sabour et al. (2017), section 5, that `load(augment=True)` applies in
+    `tf.data`, here in NumPy for every backend. The order is reshuffled after
+    every epoch. One seeded generator draws the order and the shifts, so a
+    `fit` with the default single worker sees the same batches on every
+    backend and run.
+
+    Args:
+        x: Images, an array of shape `(N, height, width, channels)`.
+        y: Labels, an array of `N` rows.
+        batch_size: Positive int, images per batch (the last batch may be
+            smaller). Defaults to `128`.
+        seed: Int `>= 0` seeding the order and the shifts. Defaults to `0`.
+        max_shift: Int `>= 0`, the largest shift in pixels along each axis.
+            Defaults to `2`, the paper's.
+
+    Example:
+
+    >>> import keras_capsules
+    >>> from keras_capsules.datasets import mnist
+    >>> x, y = mnist.load_sample("test")
+    >>> batches = mnist.ShiftedDigits(x, y, batch_size=100)
+    >>> len(batches), batches[0][0].shape
+    (10, (100, 28, 28, 1))
+    """
+
+    def __init__(self, x, y, batch_size=128, seed=0, max_shift=_MAX_SHIFT):
+        super().__init__()
+        owner = "mnist.ShiftedDigits"
+        if np.ndim(x) != 4:
+            raise ValueError(
+                f"`{owner}`: argument `x` must be an array of shape (N, "
+                f"height, width, channels). Received: x.shape={np.shape(x)}"
+            )
+        if np.ndim(y) < 1 or len(y) != len(x):
+            raise ValueError(
+                f"`{owner}`: argument `y` must hold one label per image of "
+                f"x ({len(x)}). Received: y.shape={np.shape(y)}"
+            )
+        self.x, self.y = x, y
+        self.batch_size = check_positive_int(batch_size, "batch_size", owner)
+        self.seed = check_int(seed, "seed", owner=owner)
+        self.max_shift = check_int(max_shift, "max_shift", owner=owner)
+        self.rng = np.random.default_rng(self.seed)
+        self.order = self.rng.permutation(len(x))
+
+    def __len__(self):
+        return -(-len(self.x) // self.batch_size)
+
+    def __getitem__(self, index):
+        batch = self.order[index * self.batch_size :][: self.batch_size]
+        m = self.max_shift
+        padded = np.pad(self.x[batch], ((0, 0), (m, m), (m, m), (0, 0)))
+        height, width = self.x.shape[1:3]
+        rows, cols = self.rng.integers(0, 2 * m + 1, size=(2, len(batch)))
+        images = [
+            image[r : r + height, c : c + width]
+            for image, r, c in zip(padded, rows, cols)
+        ]
+        return np.stack(images), self.y[batch]
+
+    def on_epoch_end(self):
+        self.order = self.rng.permutation(len(self.x))
 
 
 def load(

@@ -216,6 +216,108 @@ class LoadSampleTest(testing.TestCase):
         self.assertIn("pip install keras-capsules[datasets]", result.stdout)
 
 
+class ShiftedDigitsTest(testing.TestCase):
+    def _matching_shifts(self, image, moved):
+        return [
+            (dy, dx)
+            for dy in range(-2, 3)
+            for dx in range(-2, 3)
+            if np.array_equal(_shift_with_zero_fill(image, dy, dx), moved)
+        ]
+
+    def test_batches_are_shifted_shuffled_digits(self):
+        x, y = mnist.load_sample("test")
+        x, y = x[:200], y[:200]
+        batches = mnist.ShiftedDigits(x, y, batch_size=64, seed=3)
+        self.assertLen(batches, 4)  # 3 full batches and one of 8.
+        seen, shifts = [], []
+        for index in range(len(batches)):
+            images, labels = batches[index]
+            self.assertEqual(images.shape[1:], (28, 28, 1))
+            self.assertEqual(images.dtype, x.dtype)
+            self.assertLen(labels, len(images))
+            for image, label in zip(images, labels):
+                # The label finds the image among the originals it could be.
+                candidates = np.flatnonzero((y == label).all(axis=1))
+                found = [
+                    (i, shift)
+                    for i in candidates
+                    for shift in self._matching_shifts(x[i], image)
+                ]
+                self.assertNotEmpty(found)
+                seen.append(found[0][0])
+                shifts.append(found[0][1])
+        self.assertLen(images, 8)
+        # Every image once per epoch, not in the original order.
+        self.assertEqual(sorted(seen), list(range(len(x))))
+        self.assertNotEqual(seen, sorted(seen))
+        self.assertGreater(len(set(shifts)), 15)  # Of 25.
+
+    def test_seeded_and_reshuffled_each_epoch(self):
+        x, y = mnist.load_sample("test")
+        first = mnist.ShiftedDigits(x, y, batch_size=100, seed=1)
+        again = mnist.ShiftedDigits(x, y, batch_size=100, seed=1)
+        other = mnist.ShiftedDigits(x, y, batch_size=100, seed=2)
+        images, epoch = first[0]
+        np.testing.assert_array_equal(images, again[0][0])
+        np.testing.assert_array_equal(epoch, again[0][1])
+        self.assertFalse(np.array_equal(epoch, other[0][1]))
+        first.on_epoch_end()
+        self.assertFalse(np.array_equal(first[0][1], epoch))
+
+    def test_no_shift(self):
+        x, y = mnist.load_sample("test")
+        batches = mnist.ShiftedDigits(x, y, batch_size=10, max_shift=0)
+        images, labels = batches[0]
+        order = batches.order[:10]
+        np.testing.assert_array_equal(images, x[order])
+        np.testing.assert_array_equal(labels, y[order])
+
+    def test_fit_accepts_it(self):
+        x, y = mnist.load_sample("test")
+        model = keras.Sequential(
+            [keras.Input((28, 28, 1)), keras.layers.Flatten()]
+            + [keras.layers.Dense(10, activation="softmax")]
+        )
+        model.compile(loss="categorical_crossentropy")
+        history = model.fit(
+            mnist.ShiftedDigits(x[:64], y[:64], batch_size=32),
+            epochs=2,
+            verbose=0,
+        )
+        self.assertLen(history.history["loss"], 2)
+
+    @parameterized.named_parameters(
+        (
+            "images_rank",
+            dict(x=np.zeros((4, 28, 28))),
+            "argument `x`.*"
+            r"Received: x.shape=\(4, 28, 28\)",
+        ),
+        (
+            "labels",
+            dict(y=np.zeros((3, 10))),
+            "argument `y`.*"
+            r"Received: y.shape=\(3, 10\)",
+        ),
+        (
+            "batch_size",
+            dict(batch_size=0),
+            "batch_size.*Received: batch_size=0",
+        ),
+        ("seed", dict(seed=-1), "seed.*Received: seed=-1"),
+        (
+            "max_shift",
+            dict(max_shift=1.5),
+            "max_shift.*Received: max_shift=1.5",
+        ),
+    )
+    def test_invalid_arguments(self, kwargs, pattern):
+        arguments = dict(x=np.zeros((4, 28, 28, 1)), y=np.zeros((4, 10)))
+        with self.assertRaisesRegex(ValueError, pattern):
+            mnist.ShiftedDigits(**{**arguments, **kwargs})
+
+
 class LoadTest(testing.TestCase):
     def test_shapes_dtypes_and_ranges(self):
         tfds = helpers.tfds_or_skip()
