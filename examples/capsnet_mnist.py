@@ -14,8 +14,9 @@ Without `--data-dir` it trains on the 5,000-image MNIST sample that ships with
 the package (offline, as NumPy arrays) and tests on its 1,000 test images: two
 epochs take about 3.5 minutes on a 2-core CPU (TensorFlow + XLA;
 docs/results.md gives the accuracy). With `--data-dir`, a folder holding the
-four original MNIST `.gz` files, it trains on all 60,000 digits (about 20
-minutes an epoch on that CPU, minutes on a GPU; docs/presets.md).
+four original MNIST `.gz` files, it trains on 55,000 of the 60,000 training
+digits and validates on the other 5,000 (about 20 minutes an epoch on that
+CPU, minutes on a GPU; docs/presets.md).
 
 Usage:
     python examples/capsnet_mnist.py --epochs 2 --output-dir runs/quickstart

@@ -16,7 +16,8 @@ same; with matplotlib, test digits are drawn above their reconstructions.
 Without `--data-dir` it trains on the 5,000-image MNIST sample that ships
 with the package (offline, no TensorFlow), an epoch in a few minutes on a
 2-core CPU. With `--data-dir`, a folder holding the four original MNIST
-`.gz` files, it trains on all 60,000 digits (docs/presets.md).
+`.gz` files, it trains on 55,000 of the 60,000 training digits and
+validates on the other 5,000 (docs/presets.md).
 
 Usage:
     python examples/efficient_capsnet_mnist.py --epochs 3

@@ -17,7 +17,8 @@ predict the same.
 Without `--data-dir` it trains on the 5,000-image MNIST sample that ships
 with the package (offline, no TensorFlow), an epoch in a few minutes on a
 2-core CPU. With `--data-dir`, a folder holding the four original MNIST
-`.gz` files, it trains on all 60,000 digits (docs/presets.md). The
+`.gz` files, it trains on 55,000 of the 60,000 training digits and
+validates on the other 5,000 (docs/presets.md). The
 smallNORB benchmark of the paper is `matrix_capsnet_smallnorb.py`.
 
 Usage:
@@ -107,6 +108,9 @@ print(f"Test accuracy: {metrics['accuracy']:.4f}")
 
 """
 ## Saving as a preset and loading it back
+
+The preset loads uncompiled. To train it further, call `compile()` again:
+the learning rate of this run has decayed to zero.
 """
 
 path = os.path.join(args.output_dir, "preset")

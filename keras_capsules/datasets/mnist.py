@@ -229,12 +229,18 @@ class ShiftedDigits(keras.utils.PyDataset):
 
     Each image is shifted by a random integer number of pixels, up to
     `max_shift` in each direction, with zero fill (zero-padded by
-    `max_shift`, then randomly cropped back to its size): the augmentation of
-    Sabour et al. (2017), section 5, that `load(augment=True)` applies in
-    `tf.data`, here in NumPy for every backend. The order is reshuffled after
-    every epoch. One seeded generator draws the order and the shifts, so a
-    `fit` with the default single worker sees the same batches on every
-    backend and run.
+    `max_shift`, then randomly cropped back to its size): the augmentation
+    that `load(augment=True)` applies in `tf.data`, here in NumPy for every
+    backend. The order is reshuffled after every epoch.
+
+    The order of an epoch is drawn from `(seed, epoch)` and the shifts of a
+    batch from `(seed, epoch, index)`, so a batch does not depend on which
+    batches were read before it: the same seed gives the same batches on
+    every backend, with any number of workers, however often Keras reads a
+    batch ahead (TensorFlow reads two to learn their shapes).
+
+    Sabour et al., 2017, [Dynamic Routing Between Capsules](
+    https://arxiv.org/abs/1710.09829), section 5.
 
     Args:
         x: Images, an array of shape `(N, height, width, channels)`.
@@ -244,6 +250,12 @@ class ShiftedDigits(keras.utils.PyDataset):
         seed: Int `>= 0` seeding the order and the shifts. Defaults to `0`.
         max_shift: Int `>= 0`, the largest shift in pixels along each axis.
             Defaults to `2`, the paper's.
+        **kwargs: `workers`, `use_multiprocessing` and `max_queue_size` of
+            `keras.utils.PyDataset`.
+
+    Raises:
+        ValueError: If `x` is not of rank 4, `y` does not hold one row per
+            image, or another argument is out of its range.
 
     Example:
 
@@ -255,35 +267,43 @@ class ShiftedDigits(keras.utils.PyDataset):
     (10, (100, 28, 28, 1))
     """
 
-    def __init__(self, x, y, batch_size=128, seed=0, max_shift=_MAX_SHIFT):
-        super().__init__()
+    def __init__(
+        self, x, y, batch_size=128, seed=0, max_shift=_MAX_SHIFT, **kwargs
+    ):
+        super().__init__(**kwargs)
         owner = "mnist.ShiftedDigits"
-        if np.ndim(x) != 4:
+        x, y = np.asarray(x), np.asarray(y)
+        if x.ndim != 4:
             raise ValueError(
                 f"`{owner}`: argument `x` must be an array of shape (N, "
-                f"height, width, channels). Received: x.shape={np.shape(x)}"
+                f"height, width, channels). Received: x.shape={x.shape}"
             )
-        if np.ndim(y) < 1 or len(y) != len(x):
+        if y.ndim < 1 or len(y) != len(x):
             raise ValueError(
                 f"`{owner}`: argument `y` must hold one label per image of "
-                f"x ({len(x)}). Received: y.shape={np.shape(y)}"
+                f"x ({len(x)}). Received: y.shape={y.shape}"
             )
         self.x, self.y = x, y
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)
         self.seed = check_int(seed, "seed", owner=owner)
         self.max_shift = check_int(max_shift, "max_shift", owner=owner)
-        self.rng = np.random.default_rng(self.seed)
-        self.order = self.rng.permutation(len(x))
+        self.epoch = 0
+        self._order = self._epoch_order()
+
+    def _epoch_order(self):
+        rng = np.random.default_rng([self.seed, self.epoch])
+        return rng.permutation(len(self.x))
 
     def __len__(self):
         return -(-len(self.x) // self.batch_size)
 
     def __getitem__(self, index):
-        batch = self.order[index * self.batch_size :][: self.batch_size]
+        batch = self._order[index * self.batch_size :][: self.batch_size]
         m = self.max_shift
         padded = np.pad(self.x[batch], ((0, 0), (m, m), (m, m), (0, 0)))
         height, width = self.x.shape[1:3]
-        rows, cols = self.rng.integers(0, 2 * m + 1, size=(2, len(batch)))
+        rng = np.random.default_rng([self.seed, self.epoch, index])
+        rows, cols = rng.integers(0, 2 * m + 1, size=(2, len(batch)))
         images = [
             image[r : r + height, c : c + width]
             for image, r, c in zip(padded, rows, cols)
@@ -291,7 +311,8 @@ class ShiftedDigits(keras.utils.PyDataset):
         return np.stack(images), self.y[batch]
 
     def on_epoch_end(self):
-        self.order = self.rng.permutation(len(self.x))
+        self.epoch += 1
+        self._order = self._epoch_order()
 
 
 def load(

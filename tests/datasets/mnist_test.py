@@ -258,20 +258,32 @@ class ShiftedDigitsTest(testing.TestCase):
         first = mnist.ShiftedDigits(x, y, batch_size=100, seed=1)
         again = mnist.ShiftedDigits(x, y, batch_size=100, seed=1)
         other = mnist.ShiftedDigits(x, y, batch_size=100, seed=2)
-        images, epoch = first[0]
-        np.testing.assert_array_equal(images, again[0][0])
-        np.testing.assert_array_equal(epoch, again[0][1])
-        self.assertFalse(np.array_equal(epoch, other[0][1]))
+        images, labels = first[3]
+        # A batch does not depend on the batches read before it.
+        again[0], again[5], again[3]
+        np.testing.assert_array_equal(again[3][0], images)
+        np.testing.assert_array_equal(again[3][1], labels)
+        self.assertFalse(np.array_equal(other[3][1], labels))
         first.on_epoch_end()
-        self.assertFalse(np.array_equal(first[0][1], epoch))
+        self.assertEqual(first.epoch, 1)
+        self.assertFalse(np.array_equal(first[3][1], labels))
 
     def test_no_shift(self):
         x, y = mnist.load_sample("test")
-        batches = mnist.ShiftedDigits(x, y, batch_size=10, max_shift=0)
-        images, labels = batches[0]
-        order = batches.order[:10]
-        np.testing.assert_array_equal(images, x[order])
-        np.testing.assert_array_equal(labels, y[order])
+        batches = mnist.ShiftedDigits(
+            x[:50].tolist(), y[:50], batch_size=20, max_shift=0
+        )
+        index = {image.tobytes(): i for i, image in enumerate(x[:50])}
+        seen = []
+        for images, labels in (batches[i] for i in range(len(batches))):
+            # A list of floats comes back as float64 images.
+            self.assertEqual(images.dtype, "float64")
+            rows = [
+                index[image.astype("float32").tobytes()] for image in images
+            ]
+            np.testing.assert_array_equal(labels, y[rows])
+            seen += rows
+        self.assertEqual(sorted(seen), list(range(50)))
 
     def test_fit_accepts_it(self):
         x, y = mnist.load_sample("test")
