@@ -9,9 +9,9 @@ and measures the stored weights rather than assuming them:
   recipe measured is kept as `trained_test_accuracy`),
 - on the 1,000 test images of the embedded sample (`sample_test_accuracy`,
   the figure CI checks on every backend),
-- and writes the class-capsule lengths of the first 32 sample test images
-  to `tests/models/preset_predictions.npz`, which CI compares on every
-  backend.
+- and writes the predictions (class-capsule lengths or activations) of
+  the first 32 sample test images to `tests/models/preset_predictions.npz`,
+  which CI compares on every backend.
 
 Usage:
     python scripts/ship_preset.py runs/efficient_capsnet/preset \\

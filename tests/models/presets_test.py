@@ -40,8 +40,9 @@ _TRAINED_FIELDS = (
 # A shipped preset scores its recorded sample accuracy on every backend,
 # less 3 of the 1,000 images.
 _SAMPLE_MARGIN = 0.003
-# The class-capsule lengths of the first 32 sample images agree with the
-# stored ones (from the backend that trained the preset) within this.
+# The predictions (class-capsule lengths or activations) of the first 32
+# sample images agree with the stored ones (from the backend that trained
+# the preset) within this.
 _PREDICTION_ATOL = 1e-5
 
 
