@@ -12,7 +12,7 @@ and metadata with the test accuracy and this command), loaded back with
 
 Without `--data-dir` it trains on the 5,000-image MNIST sample that ships with
 the package (offline, as NumPy arrays) and tests on its 1,000 test images: two
-epochs take about 3.5 minutes on a 2-core CPU (TensorFlow + XLA;
+epochs take under 4 minutes on a 2-core CPU (TensorFlow + XLA;
 docs/results.md gives the accuracy). With `--data-dir`, a folder holding the
 four original MNIST `.gz` files, it trains on 55,000 of the 60,000 training
 digits and validates on the other 5,000 (about 20 minutes an epoch on that
