@@ -66,6 +66,16 @@ def _shift_with_zero_fill(image, dy, dx):
     return padded[2 - dy : 2 - dy + height, 2 - dx : 2 - dx + width]
 
 
+def _matching_shifts(image, moved):
+    """The shifts (dy, dx) of up to 2 pixels that turn `image` into `moved`."""
+    return [
+        (dy, dx)
+        for dy in range(-2, 3)
+        for dx in range(-2, 3)
+        if np.array_equal(_shift_with_zero_fill(image, dy, dx), moved)
+    ]
+
+
 class ReadIdxTest(testing.TestCase):
     @parameterized.named_parameters(
         ("uint8_images_gz", (3, 28, 28), "uint8", True),
@@ -217,14 +227,6 @@ class LoadSampleTest(testing.TestCase):
 
 
 class ShiftedDigitsTest(testing.TestCase):
-    def _matching_shifts(self, image, moved):
-        return [
-            (dy, dx)
-            for dy in range(-2, 3)
-            for dx in range(-2, 3)
-            if np.array_equal(_shift_with_zero_fill(image, dy, dx), moved)
-        ]
-
     def test_batches_are_shifted_shuffled_digits(self):
         x, y = mnist.load_sample("test")
         x, y = x[:200], y[:200]
@@ -242,7 +244,7 @@ class ShiftedDigitsTest(testing.TestCase):
                 found = [
                     (i, shift)
                     for i in candidates
-                    for shift in self._matching_shifts(x[i], image)
+                    for shift in _matching_shifts(x[i], image)
                 ]
                 self.assertNotEmpty(found)
                 seen.append(found[0][0])
@@ -379,12 +381,7 @@ class LoadTest(testing.TestCase):
         self.assertAllClose(shifted_labels, labels)
         shifts = []
         for image, moved in zip(original, shifted):
-            matches = [
-                (dy, dx)
-                for dy in range(-2, 3)
-                for dx in range(-2, 3)
-                if np.array_equal(_shift_with_zero_fill(image, dy, dx), moved)
-            ]
+            matches = _matching_shifts(image, moved)
             self.assertLen(matches, 1)
             shifts.append(matches[0])
         # 16 draws from 25 shifts: all zero would mean no augmentation.
