@@ -15,8 +15,8 @@ the package (offline, as NumPy arrays) and tests on its 1,000 test images: two
 epochs take under 4 minutes on a 2-core CPU (TensorFlow + XLA;
 docs/results.md gives the accuracy). With `--data-dir`, a folder holding the
 four original MNIST `.gz` files, it trains on 55,000 of the 60,000 training
-digits and validates on the other 5,000 (about 20 minutes an epoch on that
-CPU, minutes on a GPU; docs/presets.md).
+digits and validates on the other 5,000 (about 13 minutes an epoch on that
+CPU with TensorFlow + XLA, minutes on a GPU; docs/presets.md).
 
 Usage:
     python examples/capsnet_mnist.py --epochs 2 --output-dir runs/quickstart

@@ -414,10 +414,11 @@ class CapsNetTest(TestCase):
         with self.assertRaisesRegex(ValueError, pattern):
             CapsNet(**config)
 
-    def test_has_no_presets(self):
+    def test_has_no_architecture_presets(self):
+        # Its only preset is the trained one shipped with the package.
         self.assertEqual(dict(CapsNet.presets), {})
         with self.assertRaisesRegex(
-            ValueError, "CapsNet has no presets.*Received: preset='mnist'"
+            ValueError, 'preset must be "capsnet_mnist".*Received: preset=mnist'
         ):
             CapsNet.from_preset("mnist")
 
