@@ -110,11 +110,6 @@ class CapsuleModel(keras.Model):
     def preset_config(cls, preset):
         """The constructor arguments of a named preset, a dict."""
         trained = tuple(presets.list_all(cls.__name__))
-        if not cls.presets and not trained:
-            raise ValueError(
-                f"{cls.__name__} has no presets; build it with its "
-                f"constructor. Received: preset={preset!r}"
-            )
         check_option(preset, "preset", tuple(cls.presets) + trained)
         if preset in trained:
             directory = presets.resolve_directory(preset)
