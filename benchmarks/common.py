@@ -25,7 +25,7 @@ import keras_capsules
 # The MatrixCapsNet sizes the benchmarks measure: the paper's full network
 # (310K parameters) and its small one (68K).
 MATRIX_CAPSNET_CONFIGS = {
-    name: dict(keras_capsules.models.MatrixCapsNet.presets[name])
+    name: dict(keras_capsules.models.MatrixCapsNet.presets[name]["config"])
     for name in ("full", "small")
 }
 
@@ -184,9 +184,8 @@ TORCH_PARTITIONER_CONFIG = {"activation_memory_budget": 0.5}
 
 
 def official_matrix_optimizer():
-    """Adam with the official code's schedule, as
-    `MatrixCapsNet.compile(schedule="official")` builds it: 0.01 decayed
-    continuously by 0.96 every 20,000 steps, `epsilon=1e-8`."""
+    """Adam with the official code's schedule: 0.01 decayed continuously
+    by 0.96 every 20,000 steps, `epsilon=1e-8`."""
     return keras.optimizers.Adam(
         learning_rate=keras.optimizers.schedules.ExponentialDecay(
             0.01, decay_steps=20000, decay_rate=0.96

@@ -194,7 +194,7 @@ def with_overrides(model, overrides):
 def build_model(args):
     if args.model == "capsnet":
         model = keras_capsules.models.CapsNet(
-            input_shape=(28, 28, 1), num_classes=10
+            image_shape=(28, 28, 1), num_classes=10
         )
         optimizer = "auto"
         if args.learning_rate is not None:
@@ -205,7 +205,7 @@ def build_model(args):
     config = MATRIX_CAPSNET_CONFIGS[args.preset]
     if args.model == "matrix_capsnet":
         model = keras_capsules.models.MatrixCapsNet(
-            input_shape=(28, 28, 1), num_classes=10, **config
+            image_shape=(28, 28, 1), num_classes=10, **config
         )
         if conv_kwargs or class_kwargs:
             model = with_overrides(

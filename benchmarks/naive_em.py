@@ -39,7 +39,7 @@ against `EMConvCaps`.
 
 Usage:
     from benchmarks import naive_em
-    small = keras_capsules.models.MatrixCapsNet.presets["small"]
+    small = keras_capsules.models.MatrixCapsNet.presets["small"]["config"]
     naive = naive_em.naive_matrix_capsnet(**small)
     naive_em.copy_weights(ours, naive)  # ours: a MatrixCapsNet
     naive_em.compile_like_matrix_capsnet(naive, jit_compile=True)

@@ -44,7 +44,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--preset",
-        choices=sorted(keras_capsules.models.MatrixCapsNet.presets),
+        choices=("full", "small", "tiny"),
         default="small",
         help="MatrixCapsNet preset (ignored for capsnet).",
     )
@@ -78,11 +78,11 @@ def main(argv=None):
     shape = (args.image_size, args.image_size, 1)
     if args.model == "capsnet":
         model = keras_capsules.models.CapsNet(
-            input_shape=shape, num_classes=args.classes
+            image_shape=shape, num_classes=args.classes
         )
     else:
         model = keras_capsules.models.MatrixCapsNet.from_preset(
-            args.preset, input_shape=shape, num_classes=args.classes
+            args.preset, image_shape=shape, num_classes=args.classes
         )
     kwargs = {}
     if args.jit_compile != "default":

@@ -74,11 +74,13 @@ x_train, y_train = x_train[:-num_validation], y_train[:-num_validation]
 
 `CapsNet` maps images to the length of each class capsule, a score in
 `[0, 1)`; its decoder and reconstruction loss are part of the model.
-`compile()` with no arguments supplies the paper's loss and optimizer.
+`compile()` supplies the paper's loss and optimizer; the schedule needs no
+run length, and `total_steps` is given as in every recipe.
 """
 
-model = keras_capsules.models.CapsNet(input_shape=(28, 28, 1), num_classes=10)
-model.compile()
+model = keras_capsules.models.CapsNet(image_shape=(28, 28, 1), num_classes=10)
+train = mnist.ShiftedDigits(x_train, y_train, args.batch_size, seed=0)
+model.compile(total_steps=args.epochs * len(train))
 model.summary()
 
 """
@@ -87,7 +89,7 @@ model.summary()
 
 start = time.time()
 model.fit(
-    mnist.ShiftedDigits(x_train, y_train, args.batch_size, seed=0),
+    train,
     epochs=args.epochs,
     validation_data=(x_val, y_val),
     verbose=1,
@@ -110,7 +112,10 @@ model.save_to_preset(
         "images_seen": args.epochs * len(x_train),
         "seed": 0,
         "training_minutes": round(minutes, 1),
-        "command": " ".join(["python"] + sys.argv),
+        "pixel_range": [0.0, 1.0],
+        "command": " ".join(
+            [f"KERAS_BACKEND={keras.backend.backend()} python"] + sys.argv
+        ),
     },
 )
 loaded = keras_capsules.models.CapsNet.from_preset(path)

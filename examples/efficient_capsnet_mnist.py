@@ -81,7 +81,8 @@ x_train, y_train = x_train[:-num_validation], y_train[:-num_validation]
 """
 
 model = keras_capsules.models.EfficientCapsNet()
-model.compile()
+train = mnist.ShiftedDigits(x_train, y_train, args.batch_size, seed=0)
+model.compile(total_steps=args.epochs * len(train))
 model.summary()
 
 """
@@ -90,7 +91,7 @@ model.summary()
 
 start = time.time()
 model.fit(
-    mnist.ShiftedDigits(x_train, y_train, args.batch_size, seed=0),
+    train,
     epochs=args.epochs,
     validation_data=(x_val, y_val),
     verbose=1,
@@ -113,7 +114,10 @@ model.save_to_preset(
         "images_seen": args.epochs * len(x_train),
         "seed": 0,
         "training_minutes": round(minutes, 1),
-        "command": " ".join(["python"] + sys.argv),
+        "pixel_range": [0.0, 1.0],
+        "command": " ".join(
+            [f"KERAS_BACKEND={keras.backend.backend()} python"] + sys.argv
+        ),
     },
 )
 loaded = keras_capsules.models.EfficientCapsNet.from_preset(path)

@@ -4,10 +4,9 @@ Trains the small network of Hinton, Sabour & Frosst, "Matrix capsules with
 EM routing" (ICLR 2018, https://openreview.net/forum?id=HJWLfGWRb):
 `keras_capsules.models.MatrixCapsNet.from_preset("small")`, whose capsules
 are 4x4 pose matrices with an activation, routed by EM between three
-capsule layers. `compile()` with no arguments supplies the spread loss on
-the model's `spread_margin` variable (0.2, which learned fastest on MNIST)
-and Adam with a cosine decay over the whole run, whose length it takes
-from the first `fit` call (docs/em_routing.md gives the reasons). Digits
+capsule layers. `compile(total_steps=...)` supplies the spread loss on
+the model's `spread_margin` variable (0.2) and Adam with a cosine decay
+over the run's steps (docs/em_routing.md gives the reasons). Digits
 are shifted by up to 2 pixels. A twelfth of the training split is held out
 to validate each epoch; the test split is scored once, at the end. The
 network is saved as a preset (config, weights, and metadata with the test
@@ -86,9 +85,10 @@ capsule layers and one class capsule per digit
 """
 
 model = keras_capsules.models.MatrixCapsNet.from_preset(
-    preset, input_shape=(28, 28, 1), num_classes=10
+    preset, image_shape=(28, 28, 1), num_classes=10
 )
-model.compile()
+train = mnist.ShiftedDigits(x_train, y_train, args.batch_size, seed=0)
+model.compile(total_steps=args.epochs * len(train))
 model.summary()
 
 """
@@ -97,7 +97,7 @@ model.summary()
 
 start = time.time()
 model.fit(
-    mnist.ShiftedDigits(x_train, y_train, args.batch_size, seed=0),
+    train,
     epochs=args.epochs,
     validation_data=(x_val, y_val),
     verbose=1,
@@ -123,7 +123,10 @@ model.save_to_preset(
         "images_seen": args.epochs * len(x_train),
         "seed": 0,
         "training_minutes": round(minutes, 1),
-        "command": " ".join(["python"] + sys.argv),
+        "pixel_range": [0.0, 1.0],
+        "command": " ".join(
+            [f"KERAS_BACKEND={keras.backend.backend()} python"] + sys.argv
+        ),
     },
 )
 loaded = keras_capsules.models.MatrixCapsNet.from_preset(path)

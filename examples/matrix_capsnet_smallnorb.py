@@ -6,8 +6,9 @@ https://openreview.net/forum?id=HJWLfGWRb) on smallNORB: photographs of 50
 toys of 5 classes, each view a stereo pair. `keras_capsules.datasets.
 smallnorb.load` stacks the pair as two channels, downsamples it to 48x48
 and feeds random 32x32 crops with photometric distortions for training
-and the central crop for testing, as the released code does. `compile()`
-with no arguments supplies the spread loss and Adam; the
+and the central crop for testing, as the released code does.
+`compile(total_steps=...)` supplies the spread loss and Adam with a cosine
+decay over the run; the
 `SpreadMarginScheduler` callback ramps the loss's margin from 0.2 to 0.9
 over the first half of the run, as in the paper. It prints the test
 accuracy, saves `matrix_capsnet_smallnorb.keras`, loads it back and checks
@@ -78,9 +79,11 @@ crops; the "tiny" preset keeps every routed layer for smoke runs.
 """
 
 model = keras_capsules.models.MatrixCapsNet.from_preset(
-    "tiny" if args.smoke else "full", input_shape=(32, 32, 2), num_classes=5
+    "tiny" if args.smoke else "full", image_shape=(32, 32, 2), num_classes=5
 )
-model.compile()
+# The learning rate decays to zero over the run: compile() is told its length.
+steps = -(-len(train[0]) // args.batch_size) if args.smoke else len(train)
+model.compile(total_steps=args.epochs * steps)
 model.summary()
 
 """

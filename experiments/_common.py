@@ -247,6 +247,17 @@ def sabour_cnn(input_shape, num_classes=10, num_labels=1, pool=True):
     return model
 
 
+def official_matrix_optimizer():
+    """Adam with the official EM code's schedule: 0.01 decayed continuously
+    by 0.96 every 20,000 steps, `epsilon=1e-8`."""
+    return keras.optimizers.Adam(
+        keras.optimizers.schedules.ExponentialDecay(
+            0.01, decay_steps=20000, decay_rate=0.96
+        ),
+        epsilon=1e-8,
+    )
+
+
 def save_and_reload(model, path, images):
     """Saves `model` as `.keras`, reloads it and checks its predictions on
     `images`; returns the reloaded model."""

@@ -123,7 +123,7 @@ def build_model(args, input_shape):
     if args.model == "matrix_capsnet":
         model = keras_capsules.models.MatrixCapsNet.from_preset(
             "tiny" if args.smoke else "small",
-            input_shape=input_shape,
+            image_shape=input_shape,
             num_classes=mnist.NUM_CLASSES,
         )
     else:
@@ -132,13 +132,13 @@ def build_model(args, input_shape):
             sizes = dict(
                 conv_filters=16, num_primary_capsules=4, decoder_units=(32,)
             )
-        model = keras_capsules.models.CapsNet(input_shape=input_shape, **sizes)
+        model = keras_capsules.models.CapsNet(image_shape=input_shape, **sizes)
         model.compile()
         return model
     # Runs stopped by an accuracy target have no length to decay a cosine
     # over: MatrixCapsNet takes the official schedule, as its measured
     # figures did.
-    model.compile(schedule="official")
+    model.compile(optimizer=_common.official_matrix_optimizer())
     return model
 
 

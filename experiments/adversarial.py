@@ -148,14 +148,14 @@ def smoke_models():
     """Tiny untrained models of the three kinds, on 28x28 digits."""
     shape = (28, 28, 1)
     capsnet = keras_capsules.models.CapsNet(
-        input_shape=shape,
+        image_shape=shape,
         conv_filters=16,
         num_primary_capsules=4,
         decoder_units=(32,),
     )
     capsnet.compile()
     matrix = keras_capsules.models.MatrixCapsNet.from_preset(
-        "tiny", input_shape=shape, num_classes=10
+        "tiny", image_shape=shape, num_classes=10
     )
     matrix.compile()
     return [

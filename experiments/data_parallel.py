@@ -265,11 +265,11 @@ def build_model(args):
     config = TINY_CONFIGS[args.model] if args.preset == "tiny" else {}
     if args.model == "capsnet":
         return keras_capsules.models.CapsNet(
-            input_shape=INPUT_SHAPE, num_classes=NUM_CLASSES, **config
+            image_shape=INPUT_SHAPE, num_classes=NUM_CLASSES, **config
         )
     return keras_capsules.models.MatrixCapsNet.from_preset(
         "tiny" if args.preset == "tiny" else "full",
-        input_shape=INPUT_SHAPE,
+        image_shape=INPUT_SHAPE,
         num_classes=NUM_CLASSES,
         **config,
     )

@@ -169,7 +169,7 @@ def build_model(args):
             conv_filters=16, num_primary_capsules=4, decoder_units=(32, 64)
         )
     model = keras_capsules.models.CapsNet(
-        input_shape=input_shape,
+        image_shape=input_shape,
         routing_iterations=args.routing_iterations,
         num_objects=2,
         **sizes,

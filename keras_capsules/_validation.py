@@ -158,11 +158,22 @@ def normalize_padding(padding):
     raise _option_error(padding, "padding", _PADDINGS)
 
 
-def check_image_shape(input_shape):
+def check_no_input_shape(kwargs, owner):
+    """Raises if `kwargs` holds `input_shape`, which `keras.Model` would
+    take silently (a legacy argument of Keras layers) while the model was
+    built for its default `image_shape`."""
+    if "input_shape" in kwargs:
+        raise TypeError(
+            f"{owner} takes the shape of its images as image_shape, not "
+            f"input_shape. Received: input_shape={kwargs['input_shape']}"
+        )
+
+
+def check_image_shape(image_shape):
     """Returns a model's `(height, width, channels)` as a tuple."""
     return check_int_tuple(
-        input_shape,
-        "input_shape",
+        image_shape,
+        "image_shape",
         length=3,
         meaning=" (height, width, channels), channels last",
     )
@@ -271,16 +282,16 @@ def check_num_objects(num_objects, num_classes):
     return num_objects
 
 
-def check_image_size(input_shape, convolutions, network):
+def check_image_size(image_shape, convolutions, network):
     """Raises unless unpadded convolutions leave a position on the images.
 
     Args:
-        input_shape: `(height, width, channels)`.
+        image_shape: `(height, width, channels)`.
         convolutions: `(description, kernel_size, strides)` for each
             convolution in order, all with valid padding.
         network: The name of the network, for the message.
     """
-    size = min(input_shape[:2])
+    size = min(image_shape[:2])
     for _, kernel_size, strides in convolutions:
         size = (size - kernel_size) // strides + 1 if size >= kernel_size else 0
     if size >= 1:
@@ -295,6 +306,6 @@ def check_image_size(input_shape, convolutions, network):
     raise ValueError(
         f"The images are too small for {network}: {layers}, all without "
         f"padding, need a height and width of at least {smallest}. Use "
-        f"larger images or smaller kernels. Received: input_shape="
-        f"{input_shape}"
+        f"larger images or smaller kernels. Received: image_shape="
+        f"{image_shape}"
     )

@@ -24,16 +24,24 @@ from keras_capsules import losses
 from keras_capsules import models
 
 EM_SETTINGS = {
-    "official": {"iterations": 3, "final_lambda": 0.01, "mode": "official"},
-    "paper": {"iterations": 2, "final_lambda": 1e-3, "mode": "paper"},
+    "official": {
+        "routing_iterations": 3,
+        "final_lambda": 0.01,
+        "routing_mode": "official",
+    },
+    "paper": {
+        "routing_iterations": 2,
+        "final_lambda": 1e-3,
+        "routing_mode": "paper",
+    },
 }
 # `ops.OFFICIAL_EM_CLASS_OPTIONS`, spelled out as the settings above are.
 EM_CLASS_SETTING = {
-    "iterations": 3,
+    "routing_iterations": 3,
     "final_lambda": 0.0025,
     "min_variance": 5e-4,
     "epsilon": 1e-5,
-    "mode": "official",
+    "routing_mode": "official",
 }
 NORMALIZATIONS = ("official", "window", "all_parents", "reference")
 
@@ -51,8 +59,18 @@ def _ops_outputs():
     out = {}
     vectors = _array((4, 10, 8), 1, -1, 1)
     out["squash"] = kc.squash(vectors)
+    out["squash_exponential"] = kc.squash(vectors, squash_form="exponential")
+    out["dynamic_routing_leaky"] = kc.dynamic_routing(
+        _array((4, 12, 5, 8), 2, -1, 1), leaky_routing=True
+    )
+    out["self_attention_routing"] = kc.self_attention_routing(
+        _array((4, 12, 5, 8), 13, -1, 1), prior=_array((12, 5), 14)
+    )
+    out["depthwise_conv2d"] = kc.depthwise_conv2d(
+        _array((2, 9, 9, 8), 15), _array((9, 9, 8, 1), 16, -0.1, 0.1)
+    )
     votes = _array((4, 12, 5, 8), 2, -1, 1)
-    out["dynamic_routing"] = kc.dynamic_routing(votes, iterations=3)
+    out["dynamic_routing"] = kc.dynamic_routing(votes, routing_iterations=3)
     em_votes = _array((2, 36, 5, 16), 3, -1, 1)
     em_acts = _array((2, 36), 4)
     beta = _array((5,), 5)
@@ -78,7 +96,7 @@ def _ops_outputs():
                         kernel_size=3,
                         strides=2,
                         padding=padding,
-                        normalization=normalization,
+                        routing_normalization=normalization,
                         return_assignments=True,
                         **setting,
                     )
@@ -96,7 +114,7 @@ def _ops_outputs():
     out["coordinate_grid"] = kc.coordinate_grid(3, 5, coordinate_scale=0.2)
     for placement in ("official", "paper"):
         out[f"add_coordinates_{placement}"] = kc.add_coordinates(
-            _array((2, 3, 3, 4, 5, 4, 4), 11), placement=placement
+            _array((2, 3, 3, 4, 5, 4, 4), 11), coordinate_placement=placement
         )
     labels = np.eye(5, dtype="float32")[[0, 3]]
     scores = _array((2, 5), 12)
@@ -119,6 +137,16 @@ def _layer_cases():
         ("length", [capsules], layers.Length),
         ("mask", [capsules], layers.Mask),
         ("primary_matrix_caps", [image], lambda: layers.PrimaryMatrixCaps(4)),
+        (
+            "depthwise_primary_caps",
+            [image],
+            lambda: layers.DepthwisePrimaryCaps(3, kernel_size=14),
+        ),
+        (
+            "self_attention_caps",
+            [capsules],
+            lambda: layers.SelfAttentionCaps(5, 6),
+        ),
     ]
     for normalization in NORMALIZATIONS:
         for padding in ("valid", "same"):
@@ -207,7 +235,7 @@ def _model_outputs():
     images = _array((4, 28, 28, 1), 40)
     labels = np.eye(10, dtype="float32")[[1, 3, 5, 7]]
     keras.utils.set_random_seed(0)
-    capsnet = models.CapsNet(input_shape=(28, 28, 1), num_classes=10)
+    capsnet = models.CapsNet(image_shape=(28, 28, 1), num_classes=10)
     out["capsnet_predict"] = capsnet.predict(images, verbose=0)
     out["capsnet_reconstruct"] = capsnet.reconstruct(images)
     capsnet.compile(jit_compile=keras.backend.backend() != "torch")
@@ -217,7 +245,7 @@ def _model_outputs():
     ]
     keras.utils.set_random_seed(0)
     matrix = models.MatrixCapsNet.from_preset(
-        "tiny", input_shape=(28, 28, 1), num_classes=10
+        "tiny", image_shape=(28, 28, 1), num_classes=10
     )
     out["matrix_capsnet_predict"] = matrix.predict(images, verbose=0)
     out["matrix_capsnet_class_capsules"] = matrix.class_capsules(images)
@@ -240,9 +268,40 @@ def _model_outputs():
     ]
     keras.utils.set_random_seed(0)
     official = models.MatrixCapsNet.from_preset(
-        "tiny", input_shape=(28, 28, 1), num_classes=10, routing="official"
+        "tiny", image_shape=(28, 28, 1), num_classes=10, routing="official"
     )
     out["matrix_capsnet_official_predict"] = official.predict(images, verbose=0)
+    keras.utils.set_random_seed(0)
+    efficient = models.EfficientCapsNet()
+    out["efficient_capsnet_predict"] = efficient.predict(images, verbose=0)
+    out["efficient_capsnet_reconstruct"] = efficient.reconstruct(images)
+    return out
+
+
+def _default_training_outputs():
+    """Two steps of `fit` with each model's `compile()` defaults, sized
+    to the run as the recipes size them."""
+    out = {}
+    images = _array((4, 28, 28, 1), 40)
+    labels = np.eye(10, dtype="float32")[[1, 3, 5, 7]]
+    jit_compile = keras.backend.backend() != "torch"
+    builders = {
+        "capsnet": lambda: models.CapsNet(
+            conv_filters=16, num_primary_capsules=4, decoder_units=(32,)
+        ),
+        "efficient_capsnet": models.EfficientCapsNet,
+        "matrix_capsnet": lambda: models.MatrixCapsNet.from_preset(
+            "tiny", image_shape=(28, 28, 1), num_classes=10
+        ),
+    }
+    for name, build in builders.items():
+        keras.utils.set_random_seed(0)
+        model = build()
+        model.compile(jit_compile=jit_compile, total_steps=2)
+        history = model.fit(images, labels, batch_size=2, verbose=0)
+        out[f"{name}_default_fit"] = [np.asarray(history.history["loss"])] + [
+            ops.convert_to_numpy(w) for w in model.weights
+        ]
     return out
 
 
@@ -262,6 +321,7 @@ def compute():
     results.update(_ops_outputs())
     results.update(_layer_outputs())
     results.update(_model_outputs())
+    results.update(_default_training_outputs())
     return _flatten(results)
 
 

@@ -55,47 +55,31 @@ def _margin_variables(model):
 class SpreadMarginScheduler(keras.callbacks.Callback):
     """Grows the margin of `SpreadLoss` during training.
 
-    Hinton et al. (2018) start training with a small margin of 0.2 and
-    raise it linearly to 0.9, which keeps capsules in the early layers
-    from dying. This callback assigns the margin through `self.model`,
-    the way `keras.callbacks.LearningRateScheduler` assigns the learning
-    rate, so compiled train steps see the new value on TensorFlow, JAX and
-    PyTorch. The value is logged as `logs["spread_margin"]`.
+    Hinton et al. (2018) start training with a spread-loss (Eq. 3) margin of
+    0.2 and raise it linearly to 0.9, which keeps capsules in the early layers
+    from dying. This callback assigns the margin through `self.model`, as
+    `keras.callbacks.LearningRateScheduler` assigns the learning rate, so
+    compiled train steps see the new value on every backend, and logs it as
+    `logs["spread_margin"]`. It assigns the model's `spread_margin` variable
+    where it has one (`MatrixCapsNet`, or a subclassed model with
+    `self.spread_margin = keras.Variable(0.2, trainable=False)` compiled with
+    `SpreadLoss(margin=self.spread_margin)`), else the `SpreadLoss` margin.
+    On JAX, a model that does not track that variable (a functional model)
+    has its train and test steps traced again at every change: for updates
+    at every step, let the model own the variable. The margin is recomputed
+    from the schedule at every update, so a resumed run continues it.
 
-    The margin has one owner, which the callback assigns: the model's
-    `spread_margin` variable where it has one (`MatrixCapsNet`, or a
-    subclassed model with `self.spread_margin = keras.Variable(0.2,
-    trainable=False)` in `__init__`, compiled with
-    `SpreadLoss(margin=self.spread_margin)`), otherwise the margin
-    variable of its `SpreadLoss`. The margin is recomputed from the
-    schedule at every update, so a resumed run (`BackupAndRestore`, or a
-    reloaded model whose optimizer kept its step) continues the schedule.
-    A compiled JAX step reads only the variables the model tracks, and
-    any other value is frozen when the step is traced: on JAX, for a model
-    that does not track the loss's variable (a functional model), the
-    callback makes `fit` trace the train and test steps again whenever it
-    changes the margin. That is cheap once per epoch; for updates at every
-    step, let the model own the variable.
-
-    Schedules, with `progress = position / ramp` where the position is
-    the global step (`optimizer.iterations`, so resumed training picks up
-    where it stopped) when counting `ramp_steps`, or the epoch (fractional
-    within an epoch when `update_freq="batch"`) when counting
-    `ramp_epochs`:
+    Schedules, with `progress = position / ramp`, the position being the
+    global step (`optimizer.iterations`) for `ramp_steps`, or the epoch
+    (fractional with `update_freq="batch"`) for `ramp_epochs`:
 
     - `"linear"`: `initial + (final - initial) * min(1, progress)`, the
       paper's ramp.
-    - `"sigmoid"`: `initial + (final - initial) *
-      sigmoid(min(10, 8 * progress - 4))`, the official code's schedule,
-      which it runs with `initial_margin=0.2`, `final_margin=0.99` and
-      `ramp_steps=400_000` (that is `0.2 + 0.79 * sigmoid(min(10,
-      step / 50000 - 4))`).
-    - a callable `schedule(position) -> float`, called with the global
-      step when `update_freq="batch"` and with the epoch index when
-      `update_freq="epoch"`.
-
-    See Hinton, Sabour & Frosst, "Matrix capsules with EM routing"
-    (ICLR 2018), the spread loss (Eq. 3).
+    - `"sigmoid"`: `initial + (final - initial) * sigmoid(min(10, 8 *
+      progress - 4))`, the official code's, which runs it from 0.2 to 0.99
+      over 400,000 steps.
+    - a callable `schedule(position) -> float`, called with the global step
+      when `update_freq="batch"` and with the epoch index otherwise.
 
     Args:
         schedule: `"linear"`, `"sigmoid"` or a callable mapping the step
@@ -105,27 +89,25 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
         final_margin: Float, the margin at the end of the ramp. Ignored
             by a callable schedule. Defaults to `0.9`.
         ramp_steps: Positive number, the length of the ramp in optimizer
-            steps. Give at most one of `ramp_steps` and `ramp_epochs`;
-            with neither, the ramp lasts the official 400,000 steps.
-            Defaults to `None`.
+            steps. Give at most one of `ramp_steps` and `ramp_epochs`; with
+            neither, the ramp lasts the official 400,000 steps. Defaults to
+            `None`.
         ramp_epochs: Positive number, the length of the ramp in epochs.
             Defaults to `None`.
-        update_freq: `"batch"` to update the margin before every step
-            (every `steps_per_execution` steps when that is more than 1),
-            `"epoch"` to update it before every epoch. Defaults to
-            `"batch"`.
+        update_freq: `"batch"` to update the margin before every step (every
+            `steps_per_execution` steps when that is more than 1), `"epoch"`
+            before every epoch. Defaults to `"batch"`.
         verbose: Integer, 0 for quiet, 1 to print the margin at the start
             of every epoch. Defaults to `0`.
 
     Raises:
         TypeError: If a margin is not a number, or `schedule` is neither a
             known name nor callable.
-        ValueError: If a margin is negative, `schedule` or `update_freq`
-            is unknown, both `ramp_steps` and `ramp_epochs` are given, a
-            ramp is not positive, or a ramp is given with a callable
-            schedule. When `fit` starts: if the model is not compiled with
-            a `SpreadLoss`, or if the model's `spread_margin` is not the
-            variable its `SpreadLoss` reads.
+        ValueError: If a margin is negative, `schedule` or `update_freq` is
+            unknown, both `ramp_steps` and `ramp_epochs` are given, a ramp is
+            not positive, or a ramp is given with a callable schedule. When
+            `fit` starts: if the model is not compiled with a `SpreadLoss`, or
+            if the model's `spread_margin` is not the variable it reads.
 
     Example:
 
@@ -140,8 +122,7 @@ class SpreadMarginScheduler(keras.callbacks.Callback):
     ...     ramp_epochs=2, update_freq="epoch")
     >>> x = np.random.rand(8, 4).astype("float32")
     >>> y = keras.utils.to_categorical(np.arange(8) % 3, 3)
-    >>> history = model.fit(x, y, epochs=3, callbacks=[scheduler],
-    ...                     verbose=0)
+    >>> history = model.fit(x, y, epochs=3, callbacks=[scheduler], verbose=0)
     >>> [round(m, 2) for m in history.history["spread_margin"]]
     [0.2, 0.55, 0.9]
 

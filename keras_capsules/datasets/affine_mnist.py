@@ -136,67 +136,56 @@ def transform(
 ):
     """Applies an affNIST-style random affine transformation to each image.
 
-    Each image gets its own transformation, drawn uniformly and
-    independently: a rotation in `[-max_rotation, max_rotation]` degrees, a
-    horizontal shear in `[-max_shear, max_shear]`, and horizontal and
-    vertical scale factors, each in `scale_range`. The defaults are the
-    ranges of the affNIST data set (Tieleman,
-    https://www.cs.toronto.edu/~tijmen/affNIST/): rotation within 20
-    degrees either way, shear within 0.2, each scale in `[0.8, 1.2]`.
-    The transformed image is then placed on a `canvas_size x canvas_size`
-    black canvas at a random translation, drawn uniformly among those that
-    keep the whole digit inside: the range is computed for every image from
-    the bounding box of its non-zero pixels, so that no ink reaches the
-    canvas' outermost row or column and nothing is cut off.
+    Each image gets its own transformation, drawn uniformly and independently:
+    a rotation in `[-max_rotation, max_rotation]` degrees, a horizontal shear
+    in `[-max_shear, max_shear]`, and horizontal and vertical scale factors,
+    each in `scale_range`; the defaults are the ranges of affNIST. The result
+    is placed on a `canvas_size x canvas_size` black canvas at a random
+    translation, uniform among those that keep the ink (the bounding box of
+    the non-zero pixels) off the canvas' outermost rows and columns.
 
-    With `x` to the right and `y` up, a point `p` of the input, measured
-    from the input's centre, lands at
+    With `x` to the right and `y` up, a point `p` of the input, measured from
+    the input's centre, lands at
 
         A p + (shift_x, -shift_y),
         A = R(rotation) H(shear) S(scale_x, scale_y),
 
-    measured from the canvas' centre. `S` scales `x` by `scale_x` and `y`
-    by `scale_y`, `H` maps `(x, y)` to `(x + shear * y, y)` (a positive
-    shear slants the digit to the right) and `R` rotates counter-clockwise
-    by `rotation` degrees; `shift_x` moves the digit right and `shift_y`
-    down, in pixels. Output pixels are sampled bilinearly.
+    measured from the canvas' centre. `S` scales `x` by `scale_x` and `y` by
+    `scale_y`, `H` maps `(x, y)` to `(x + shear * y, y)` (a positive shear
+    slants the digit to the right) and `R` rotates counter-clockwise by
+    `rotation` degrees; `shift_x` moves the digit right and `shift_y` down, in
+    pixels. Output pixels are sampled bilinearly.
 
-    How it differs from the published affNIST files: those are a fixed set
-    (32 transformed copies of each of the 70,000 MNIST digits) made with the
-    author's own interpolation and translation rules, whereas this draws new
-    transformations on the fly from whatever images it is given; its results
-    are affNIST-like but not a copy of the files, so accuracy on them is not
-    directly comparable to published affNIST accuracy. A digit too large to
-    fit the canvas after its transformation (possible only with a small
-    canvas or wide ranges) is centred and cut at the edges.
+    The published affNIST files are a fixed set (32 transformed copies of each
+    of the 70,000 MNIST digits) made with the author's own interpolation and
+    translation rules; this draws new transformations on the fly, so accuracy
+    on its images is not directly comparable to published affNIST accuracy. A
+    digit too large for the canvas is centred and cut at the edges.
 
     Args:
-        images: Images of shape `(N, height, width)` or
-            `(N, height, width, 1)`, `uint8` or float; 28x28 MNIST digits
-            for affNIST.
-        seed: Int `>= 0` seeding `np.random.default_rng`, or `None` for
-            fresh, unrepeatable randomness. An image's result depends only
-            on the seed, the image and its index in the batch. Defaults to
-            `0`.
+        images: Images of shape `(N, height, width)` or `(N, height, width,
+            1)`, `uint8` or float; 28x28 MNIST digits for affNIST.
+        seed: Int `>= 0` seeding `np.random.default_rng`, or `None` for fresh,
+            unrepeatable randomness. An image's result depends only on the
+            seed, the image and its index in the batch. Defaults to `0`.
         canvas_size: Positive int, side of the square output. Defaults to
             `40`, the affNIST size.
         max_rotation: Non-negative number, the largest rotation in degrees,
             either way. Defaults to `20.0`.
-        max_shear: Non-negative number, the largest shear factor, either
-            way. Defaults to `0.2`.
-        scale_range: Pair `(low, high)` of positive numbers, `low <= high`,
-            the range of each of the two scale factors. Defaults to
-            `(0.8, 1.2)`.
+        max_shear: Non-negative number, the largest shear factor, either way.
+            Defaults to `0.2`.
+        scale_range: Pair `(low, high)` of positive numbers, `low <= high`, the
+            range of each of the two scale factors. Defaults to `(0.8, 1.2)`.
         return_parameters: Whether to return the drawn parameters too.
             Defaults to `False`.
 
     Returns:
-        An array of shape `(N, canvas_size, canvas_size)` or
-        `(N, canvas_size, canvas_size, 1)`, as the input, with its dtype
-        (`uint8` results rounded). With `return_parameters=True`, a tuple
-        `(images, parameters)`, where `parameters` maps `"rotation"`
-        (degrees), `"shear"`, `"scale_x"`, `"scale_y"`, `"shift_x"` and
-        `"shift_y"` (pixels) to float64 arrays of shape `(N,)`.
+        An array of shape `(N, canvas_size, canvas_size)` or `(N, canvas_size,
+        canvas_size, 1)`, as the input, with its dtype (`uint8` results
+        rounded). With `return_parameters=True`, a tuple `(images,
+        parameters)`, where `parameters` maps `"rotation"` (degrees),
+        `"shear"`, `"scale_x"`, `"scale_y"`, `"shift_x"` and `"shift_y"`
+        (pixels) to float64 arrays of shape `(N,)`.
 
     Raises:
         TypeError: If `images` has a dtype other than `uint8` or float, or

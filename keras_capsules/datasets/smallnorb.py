@@ -195,8 +195,7 @@ def load(
         manual_dir: Optional folder with the original smallNORB files.
             Defaults to `None`.
         data_dir: TFDS data directory holding (or receiving) the prepared
-            dataset; unused by the `"files"` source. `None` uses the TFDS
-            default. Defaults to `None`.
+            dataset, unused by `"files"`. Defaults to `None`, the TFDS one.
         source: `"auto"`, `"tfds"` or `"files"`, see above. Defaults to
             `"auto"`.
         image_size: Int, side of the images after resizing, at most 96.

@@ -24,7 +24,7 @@ def check_feature_map(input_shape, owner):
     return input_shape
 
 
-def to_capsules(features, capsule_dim, form="rational"):
+def to_capsules(features, capsule_dim, squash_form="rational"):
     """Splits the channels of every position of `features` into vectors of
     `capsule_dim` components, flattens positions and vectors into one list
     (row, column, then channel group) and squashes each vector."""
@@ -33,4 +33,4 @@ def to_capsules(features, capsule_dim, form="rational"):
         shape = (ops.shape(features)[0], -1, capsule_dim)
     else:
         shape = (-1, height * width * channels // capsule_dim, capsule_dim)
-    return squash(ops.reshape(features, shape), form=form)
+    return squash(ops.reshape(features, shape), squash_form=squash_form)

@@ -17,60 +17,46 @@ class ConvCaps(keras.layers.Layer):
     """Convolutional capsule layer with routing over input capsule types.
 
     The "slim" convolutional capsule of the official code
-    (`conv_slim_capsule`). The input is a grid of capsules, `caps_in`
-    vectors of `dim_in` components at every position. One convolution
-    kernel of shape `(kernel_height, kernel_width, dim_in,
-    num_capsules * capsule_dim)`, shared by all input capsule types, is
-    applied to each input type separately, so every output position gets a
-    vote `(num_capsules, capsule_dim)` from each of the `caps_in` types.
-    Dynamic routing (Procedure 1) then runs independently at each output
-    position, over the input types, with a bias of shape
-    `(num_capsules, capsule_dim)` added before the squash.
+    (`conv_slim_capsule`). One convolution kernel `(kernel_height,
+    kernel_width, dim_in, num_capsules * capsule_dim)`, shared by the
+    `caps_in` input capsule types, is applied to each type separately,
+    giving every output position a vote `(num_capsules, capsule_dim)` per
+    input type. Dynamic routing (Procedure 1,
+    `keras_capsules.ops.dynamic_routing`) then runs at each output position
+    over the input types, with a bias added before the squash.
 
     Paper: [Dynamic Routing Between Capsules](
     https://arxiv.org/abs/1710.09829) (Sabour, Frosst & Hinton, 2017).
 
     Args:
-        num_capsules: Positive integer, the number of output capsule types
-            per position.
-        capsule_dim: Positive integer, the number of components of each
-            output capsule.
-        kernel_size: Positive integer or tuple of 2 positive integers, the
-            height and width of the convolution window.
-        strides: Positive integer or tuple of 2 positive integers, the
-            strides of the convolution. Defaults to `1`.
+        num_capsules: Positive integer, the number of output capsule types.
+        capsule_dim: Positive integer, the components of each output capsule.
+        kernel_size: Positive integer or tuple of 2, the convolution window.
+        strides: Positive integer or tuple of 2. Defaults to `1`.
         padding: `"valid"` or `"same"` (case-insensitive). Defaults to
             `"valid"`.
-        routing_iterations: Positive integer, the number of routing
-            iterations. Defaults to `3`.
+        routing_iterations: Positive integer. Defaults to `3`.
         use_bias: Boolean, whether to add the bias before the squash.
             Defaults to `True`, as in the official code.
         leaky_routing: Boolean, whether to use the official leaky routing
             (an extra zero logit in the softmax). Defaults to `False`.
         stop_gradient: Boolean, whether to stop gradients through the
-            agreement updates and the non-final routing iterations.
-            Defaults to `False`.
+            agreement updates and non-final iterations. Defaults to `False`.
         kernel_initializer: Initializer for the kernel. Defaults to `None`,
             which means `TruncatedNormal(stddev=0.1)`, the official init.
         bias_initializer: Initializer for the bias. Defaults to `None`,
             which means `Constant(0.1)`, the official init.
-        kernel_regularizer: Optional regularizer for the kernel. Defaults to
-            `None`.
-        bias_regularizer: Optional regularizer for the bias. Defaults to
-            `None`.
-        kernel_constraint: Optional constraint for the kernel. Defaults to
-            `None`.
-        bias_constraint: Optional constraint for the bias. Defaults to
-            `None`.
+        kernel_regularizer: Optional kernel regularizer. Defaults to `None`.
+        bias_regularizer: Optional bias regularizer. Defaults to `None`.
+        kernel_constraint: Optional kernel constraint. Defaults to `None`.
+        bias_constraint: Optional bias constraint. Defaults to `None`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
     Call arguments:
         inputs: Tensor of shape `(batch, height, width, caps_in, dim_in)`.
         return_coupling: Boolean, whether to also return the coupling
             coefficients `c_ij` of the last routing iteration at every
-            output position (Procedure 1), as
-            `keras_capsules.ops.dynamic_routing` gives them. They do not
-            change the outputs. Defaults to `False`.
+            output position. Defaults to `False`.
 
     Input shape:
         5D tensor `(batch, height, width, caps_in, dim_in)` with `caps_in`
@@ -95,9 +81,7 @@ class ConvCaps(keras.layers.Layer):
 
     >>> import numpy as np
     >>> import keras_capsules
-    >>> layer = keras_capsules.layers.ConvCaps(
-    ...     num_capsules=4, capsule_dim=8, kernel_size=3, strides=2
-    ... )
+    >>> layer = keras_capsules.layers.ConvCaps(4, 8, kernel_size=3, strides=2)
     >>> capsules = layer(np.random.rand(2, 9, 9, 6, 4).astype("float32"))
     >>> tuple(capsules.shape)
     (2, 4, 4, 4, 8)
@@ -205,9 +189,9 @@ class ConvCaps(keras.layers.Layer):
         votes = ops.transpose(votes, (0, 2, 3, 1, 4, 5))
         return dynamic_routing(
             votes,
-            iterations=self.routing_iterations,
+            routing_iterations=self.routing_iterations,
             bias=self.bias,
-            leaky=self.leaky_routing,
+            leaky_routing=self.leaky_routing,
             stop_gradient=self.stop_gradient,
             return_coupling=return_coupling,
         )

@@ -16,18 +16,12 @@ class DenseCaps(keras.layers.Layer):
 
     Every input capsule `u_i` predicts every output capsule `j` through its
     own transformation matrix, `u_hat[i, j] = W[i, j] u_i` (Eq. 2), and the
-    predictions are combined by dynamic routing (Procedure 1): coupling
-    coefficients, a weighted sum, a squash, and agreement updates. This is
-    the paper's DigitCaps layer: 1152 8D capsules to 10 16D capsules with 3
-    routing iterations, i.e. a `(1152, 8, 10, 16)` kernel of 1,474,560
-    weights. Votes are one `keras.ops.einsum` against the shared kernel.
-
-    The kernel's default initializer is the official code's
-    `TruncatedNormal(stddev=0.1)`: a Glorot initializer would read the
-    leading `(num_in, dim_in)` axes as a convolution's receptive field,
-    inflate both fans and start the transforms near zero (within +-0.005
-    for DigitCaps). The optional bias is the
-    official one, initialised to 0.1 and added before the squash.
+    predictions are combined by dynamic routing (Procedure 1,
+    `keras_capsules.ops.dynamic_routing`): coupling coefficients, a weighted
+    sum, a squash, and agreement updates. This is the paper's DigitCaps
+    layer: 1152 8D capsules to 10 16D capsules with 3 routing iterations,
+    i.e. a `(1152, 8, 10, 16)` kernel of 1,474,560 weights. The optional bias
+    is the official one, initialised to 0.1 and added before the squash.
 
     Paper: [Dynamic Routing Between Capsules](
     https://arxiv.org/abs/1710.09829) (Sabour, Frosst & Hinton, 2017).
@@ -38,34 +32,30 @@ class DenseCaps(keras.layers.Layer):
             output capsule.
         routing_iterations: Positive integer, the number of routing
             iterations. Defaults to `3`.
-        use_bias: Boolean, whether to add a bias of shape
-            `(num_capsules, capsule_dim)` before the squash. Defaults to
-            `False`.
-        leaky_routing: Boolean, whether to use the official leaky routing
-            (an extra zero logit in the softmax). Defaults to `False`.
+        use_bias: Boolean, whether to add a bias of shape `(num_capsules,
+            capsule_dim)` before the squash. Defaults to `False`.
+        leaky_routing: Boolean, whether to use the official leaky routing (an
+            extra zero logit in the softmax). Defaults to `False`.
         stop_gradient: Boolean, whether to stop gradients through the
-            agreement updates and the non-final routing iterations.
-            Defaults to `False`.
+            agreement updates and the non-final routing iterations. Defaults
+            to `False`.
         kernel_initializer: Initializer for the transformation matrices.
-            Defaults to `None`, which means `TruncatedNormal(stddev=0.1)`.
-        bias_initializer: Initializer for the bias. Defaults to `None`,
-            which means `Constant(0.1)`.
-        kernel_regularizer: Optional regularizer for the kernel. Defaults to
-            `None`.
-        bias_regularizer: Optional regularizer for the bias. Defaults to
-            `None`.
-        kernel_constraint: Optional constraint for the kernel. Defaults to
-            `None`.
-        bias_constraint: Optional constraint for the bias. Defaults to
-            `None`.
+            Defaults to `None`, which means `TruncatedNormal(stddev=0.1)`, the
+            official code's (docs/design/reference_notes.md).
+        bias_initializer: Initializer for the bias. Defaults to `None`, which
+            means `Constant(0.1)`.
+        kernel_regularizer: Optional kernel regularizer. Defaults to `None`.
+        bias_regularizer: Optional bias regularizer. Defaults to `None`.
+        kernel_constraint: Optional kernel constraint. Defaults to `None`.
+        bias_constraint: Optional bias constraint. Defaults to `None`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
     Call arguments:
         inputs: Tensor of shape `(batch, num_in, dim_in)`.
         return_coupling: Boolean, whether to also return the coupling
-            coefficients `c_ij` of the last routing iteration (Procedure
-            1), as `keras_capsules.ops.dynamic_routing` gives them. They
-            do not change the outputs. Defaults to `False`.
+            coefficients `c_ij` of the last routing iteration, as
+            `keras_capsules.ops.dynamic_routing` gives them. They do not
+            change the outputs. Defaults to `False`.
 
     Input shape:
         3D tensor `(batch, num_in, dim_in)` with `num_in` and `dim_in`
@@ -74,31 +64,25 @@ class DenseCaps(keras.layers.Layer):
     Output shape:
         3D tensor `(batch, num_capsules, capsule_dim)`. With
         `return_coupling=True`, a tuple `(outputs, coupling)` where
-        `coupling` has shape `(batch, num_in, num_capsules)` and sums to
-        1 over `num_capsules` (to less than 1 with leaky routing).
+        `coupling` has shape `(batch, num_in, num_capsules)` and sums to 1
+        over `num_capsules` (to less than 1 with leaky routing).
 
     Raises:
         ValueError: If a size argument or `routing_iterations` is not a
             positive integer, or if the input is not of rank 3 with defined
             `num_in` and `dim_in`.
-        TypeError: If `use_bias`, `leaky_routing` or `stop_gradient` is
-            not a boolean.
+        TypeError: If `use_bias`, `leaky_routing` or `stop_gradient` is not a
+            boolean.
 
     Example:
 
     >>> import numpy as np
     >>> import keras_capsules
-    >>> layer = keras_capsules.layers.DenseCaps(
-    ...     num_capsules=10, capsule_dim=16, routing_iterations=3
-    ... )
-    >>> digits = layer(np.random.rand(2, 1152, 8).astype("float32"))
-    >>> tuple(digits.shape)
-    (2, 10, 16)
-    >>> digits, coupling = layer(
-    ...     np.random.rand(2, 1152, 8).astype("float32"), return_coupling=True
-    ... )
-    >>> tuple(coupling.shape)
-    (2, 1152, 10)
+    >>> inputs = np.random.rand(2, 1152, 8).astype("float32")
+    >>> layer = keras_capsules.layers.DenseCaps(num_capsules=10, capsule_dim=16)
+    >>> digits, coupling = layer(inputs, return_coupling=True)
+    >>> tuple(digits.shape), tuple(coupling.shape)
+    ((2, 10, 16), (2, 1152, 10))
 
     Reference:
     - [Official TensorFlow code](https://github.com/Sarasra/models/tree/
@@ -169,9 +153,9 @@ class DenseCaps(keras.layers.Layer):
         votes = ops.einsum("bid,idjk->bijk", inputs, self.kernel)
         return dynamic_routing(
             votes,
-            iterations=self.routing_iterations,
+            routing_iterations=self.routing_iterations,
             bias=self.bias,
-            leaky=self.leaky_routing,
+            leaky_routing=self.leaky_routing,
             stop_gradient=self.stop_gradient,
             return_coupling=return_coupling,
         )

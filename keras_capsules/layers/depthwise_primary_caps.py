@@ -27,12 +27,10 @@ class DepthwisePrimaryCaps(keras.layers.Layer):
     Efficient-CapsNet the window covers the whole 9x9x128 feature map, so
     the layer gives 16 8D capsules from 10,496 weights.
 
-    A layer of its own rather than an option of `PrimaryCaps`: its kernel
-    has another shape (one filter per channel), and the number of capsules
-    follows from the input's channels instead of being an argument, so the
-    two layers share no weights and few arguments. The authors' code uses
-    a plain depthwise convolution; the paper calls it depthwise separable,
-    but no pointwise convolution follows it there.
+    Unlike in `PrimaryCaps`, the number of capsules follows from the
+    input's channels. The authors' code uses a plain depthwise convolution;
+    the paper calls it depthwise separable, but no pointwise convolution
+    follows it there.
 
     Paper: [Efficient-CapsNet: capsule network with self-attention
     routing](https://doi.org/10.1038/s41598-021-93977-0) (Mazzia,
@@ -54,14 +52,10 @@ class DepthwisePrimaryCaps(keras.layers.Layer):
         kernel_initializer: Initializer for the depthwise kernel. Defaults
             to `"glorot_uniform"`.
         bias_initializer: Initializer for the bias. Defaults to `"zeros"`.
-        kernel_regularizer: Optional regularizer for the kernel. Defaults to
-            `None`.
-        bias_regularizer: Optional regularizer for the bias. Defaults to
-            `None`.
-        kernel_constraint: Optional constraint for the kernel. Defaults to
-            `None`.
-        bias_constraint: Optional constraint for the bias. Defaults to
-            `None`.
+        kernel_regularizer: Optional kernel regularizer. Defaults to `None`.
+        bias_regularizer: Optional bias regularizer. Defaults to `None`.
+        kernel_constraint: Optional kernel constraint. Defaults to `None`.
+        bias_constraint: Optional bias constraint. Defaults to `None`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
     Input shape:
@@ -151,7 +145,9 @@ class DepthwisePrimaryCaps(keras.layers.Layer):
             inputs, self.kernel, strides=self.strides, padding=self.padding
         )
         return to_capsules(
-            features + self.bias, self.capsule_dim, form=self.squash_form
+            features + self.bias,
+            self.capsule_dim,
+            squash_form=self.squash_form,
         )
 
     def compute_output_shape(self, input_shape):

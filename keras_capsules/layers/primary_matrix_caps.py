@@ -17,35 +17,29 @@ class PrimaryMatrixCaps(keras.layers.Layer):
     The lowest matrix-capsule layer (Hinton et al. 2018, Section 5: the
     primary capsules, `B = 32` types on the `A = 32` channels of ReLU
     Conv1). At every output position, a convolution gives each of the
-    `num_capsules` capsule types a pose matrix of `pose_shape` (a learned
-    linear map of the features) and a second convolution gives its
-    activation logit, squashed into `(0, 1)` by a sigmoid. Both share
-    `kernel_size`, `strides` and `padding`, and run as a single
-    convolution. With the default 1x1 kernel on `A` channels there are
-    `A * B * 16 + B * 16 + A * B + B` weights (17,952 for `A = B = 32`).
+    `num_capsules` types a pose matrix of `pose_shape` (a linear map of the
+    features) and an activation logit, squashed into `(0, 1)` by a sigmoid.
+    With the default 1x1 kernel on `A` channels there are `A * B * 16 + B *
+    16 + A * B + B` weights (17,952 for `A = B = 32`).
 
     The official code computes the activation as `sigmoid(logit - 1.0)`
     with no bias; here the activation bias is learned and starts at
     `-1.0`, the same function at initialisation. Its kernels start from
-    `TruncatedNormal(stddev=0.5)` (poses) and `(stddev=3.0)`
-    (activations); those saturate the sigmoid for more than a few input
-    channels, so this layer defaults to Glorot-uniform kernels, which
-    scale with the fan-in. Pass those initializers to reproduce the
-    official start.
+    `TruncatedNormal(stddev=0.5)` (poses) and `TruncatedNormal(stddev=3.0)`
+    (activations): pass those initializers to reproduce the official start
+    (the Glorot defaults: docs/design/reference_notes.md).
 
     Paper: [Matrix capsules with EM routing](
-    https://openreview.net/forum?id=HJWLfGWRb) (Hinton, Sabour & Frosst,
-    ICLR 2018).
+    https://openreview.net/forum?id=HJWLfGWRb) (Hinton et al., ICLR 2018).
 
     Args:
         num_capsules: Positive integer, the number of capsule types `B`.
         pose_shape: Tuple of 2 equal positive integers, the shape of each
             pose matrix. Defaults to `(4, 4)`.
-        kernel_size: Positive integer or tuple of 2 positive integers, the
-            convolution window. Defaults to `1`.
-        strides: Positive integer or tuple of 2 positive integers.
-            Defaults to `1`.
-        padding: `"valid"` or `"same"` (case-insensitive). Defaults to
+        kernel_size: Positive integer or tuple of 2, the convolution
+            window. Defaults to `1`.
+        strides: Positive integer or tuple of 2. Defaults to `1`.
+        padding: `"valid"` or `"same"`, case-insensitive. Defaults to
             `"valid"`.
         use_bias: Boolean, whether the pose convolution has a bias (the
             activation convolution always has one). Defaults to `True`.
@@ -58,14 +52,10 @@ class PrimaryMatrixCaps(keras.layers.Layer):
         activation_bias_initializer: Initializer for the activation bias.
             Defaults to `None`, which means `Constant(-1.0)` (the official
             logit offset).
-        kernel_regularizer: Optional regularizer for both kernels.
-            Defaults to `None`.
-        bias_regularizer: Optional regularizer for both biases. Defaults
-            to `None`.
-        kernel_constraint: Optional constraint for both kernels. Defaults
-            to `None`.
-        bias_constraint: Optional constraint for both biases. Defaults to
-            `None`.
+        kernel_regularizer: Regularizer of both kernels. Defaults to `None`.
+        bias_regularizer: Regularizer of both biases. Defaults to `None`.
+        kernel_constraint: Constraint of both kernels. Defaults to `None`.
+        bias_constraint: Constraint of both biases. Defaults to `None`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
     Input shape:

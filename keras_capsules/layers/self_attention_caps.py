@@ -18,17 +18,15 @@ from keras_capsules.ops.squash import FORMS
 class SelfAttentionCaps(keras.layers.Layer):
     """Fully connected capsule layer with self-attention routing.
 
-    The class capsule layer of Efficient-CapsNet (the authors call it
-    `FCCaps`; the name here says what sets it apart from `DenseCaps`, which
-    is just as fully connected). Every input capsule `u_i` predicts every
-    output capsule `j` through its own matrix, `u[i, j] = u_i W[i, j]`, and
-    the votes are routed in one pass by
-    `keras_capsules.ops.self_attention_routing`: the agreement of each vote
-    with the sum of the votes for its parent gives coupling coefficients by
-    a softmax over the parents, a learned prior is added to them, and the
-    weighted sum of the votes is squashed. In Efficient-CapsNet, 16 8D
-    primary capsules go to 10 16D class capsules: a `(16, 10, 8, 16)`
-    kernel of 20,480 weights and a `(16, 10)` prior.
+    The class capsule layer of Efficient-CapsNet (`FCCaps` in the authors'
+    code). Every input capsule `u_i` predicts every output capsule `j`
+    through its own matrix, `u[i, j] = u_i W[i, j]`, and the votes are
+    routed in one pass by `keras_capsules.ops.self_attention_routing`: the
+    agreement of each vote with the sum of the votes for its parent gives
+    coupling coefficients by a softmax over the parents, a learned prior is
+    added to them, and the weighted sum of the votes is squashed. In
+    Efficient-CapsNet, 16 8D primary capsules go to 10 16D class capsules: a
+    `(16, 10, 8, 16)` kernel of 20,480 weights and a `(16, 10)` prior.
 
     The kernel's default initializer is the authors' `"he_normal"`. Its
     axes are ordered `(num_in, num_capsules, dim_in, capsule_dim)`, so
@@ -53,14 +51,10 @@ class SelfAttentionCaps(keras.layers.Layer):
             Defaults to `"he_normal"`.
         prior_initializer: Initializer for the prior. Defaults to
             `"zeros"`.
-        kernel_regularizer: Optional regularizer for the kernel. Defaults to
-            `None`.
-        prior_regularizer: Optional regularizer for the prior. Defaults to
-            `None`.
-        kernel_constraint: Optional constraint for the kernel. Defaults to
-            `None`.
-        prior_constraint: Optional constraint for the prior. Defaults to
-            `None`.
+        kernel_regularizer: Optional kernel regularizer. Defaults to `None`.
+        prior_regularizer: Optional prior regularizer. Defaults to `None`.
+        kernel_constraint: Optional kernel constraint. Defaults to `None`.
+        prior_constraint: Optional prior constraint. Defaults to `None`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
     Input shape:

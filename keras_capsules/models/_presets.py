@@ -4,8 +4,9 @@ A preset directory holds three files, the layout of keras-hub's
 `save_to_preset`:
 
 - `config.json`: the serialized model (`keras.saving.serialize_keras_object`),
-- `model.weights.h5`: the weights (`Model.save_weights`), stored in float32
-  or, to halve the file, float16; they load into the model's own variables,
+- `model.weights.h5`: the model's weights, without optimizer state, stored
+  in float32 or, to halve the file, float16; they load into the model's own
+  variables,
 - `metadata.json`: what the weights are: the data, the accuracy, the
   command that trained them, the machine, the versions.
 
@@ -68,9 +69,14 @@ def read_json(directory, name):
 
 
 def read_metadata(directory):
-    """The metadata of a preset directory, with its `class_name`."""
+    """The metadata of a trained preset directory, with its `class_name`
+    and `"trained": True`."""
     metadata = read_json(directory, METADATA_FILE)
-    return {"class_name": read_config(directory)["class_name"], **metadata}
+    return {
+        "class_name": read_config(directory)["class_name"],
+        "trained": True,
+        **metadata,
+    }
 
 
 def read_config(directory):
@@ -141,7 +147,12 @@ def save(model, directory, metadata, weights_dtype):
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(keras.saving.serialize_keras_object(model), f, indent=2)
     weights = os.path.join(directory, WEIGHTS_FILE)
-    model.save_weights(weights, overwrite=True)
+    # `save_weights` of a compiled model also writes the optimizer's
+    # variables (two per weight for Adam); an uncompiled copy holds the
+    # weights alone.
+    copy = type(model).from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    copy.save_weights(weights, overwrite=True)
     if weights_dtype != "float32":
         cast_weights_file(weights, weights_dtype)
     with open(
@@ -155,6 +166,7 @@ def describe(model, weights_dtype):
     return {
         "parameters": int(model.count_params()),
         "weights_dtype": weights_dtype,
+        "image_shape": list(model.image_shape),
         "backend": backend_name(),
         "keras_version": keras.__version__,
         "keras_capsules_version": __version__,

@@ -103,7 +103,12 @@ def from_reference_weights(cls, path, preset="mnist", **kwargs):
         raise TypeError(
             f"Argument path must be a path to a file. Received: path={path!r}"
         )
-    check_option(preset, "preset", tuple(cls.presets))
+    architectures = {
+        name: entry["config"]
+        for name, entry in cls.presets.items()
+        if not entry["trained"]
+    }
+    check_option(preset, "preset", tuple(architectures))
     path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
         raise FileNotFoundError(
@@ -111,7 +116,7 @@ def from_reference_weights(cls, path, preset="mnist", **kwargs):
             f".h5 weight file. Received: path={path!r}"
         )
     layers = read_layers(path)
-    model = cls(**{**cls.presets[preset], **kwargs})
+    model = cls(**{**architectures[preset], **kwargs})
     assignments, has_decoder = match(model, layers, preset, path)
     for variable, value in assignments:
         variable.assign(value)

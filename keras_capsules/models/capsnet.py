@@ -2,9 +2,11 @@
 
 import keras
 
+from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_image_size
 from keras_capsules._validation import check_int_tuple
+from keras_capsules._validation import check_no_input_shape
 from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_num_objects
 from keras_capsules._validation import check_positive_int
@@ -22,103 +24,58 @@ class CapsNet(CapsuleClassifier):
     A 256-filter 9x9 ReLU convolution (Conv1) feeds a convolutional capsule
     layer (`PrimaryCaps`, 32 types of 8D capsules, 9x9 kernel, stride 2),
     whose 1152 capsules are routed by agreement into one 16D capsule per
-    class (DigitCaps, a `DenseCaps` layer). The model's output is the length
-    of each class capsule (`Length`), a score in `[0, 1)` per class:
-    `predict(x)` returns shape `(batch_size, num_classes)` and the class is
-    its argmax.
+    class (DigitCaps, a `DenseCaps` layer). The output is the length of
+    each class capsule (`Length`), a score in `[0, 1)`; the class is its
+    argmax. With the defaults the model has 8,215,568 parameters, 1,411,344
+    of them in the decoder.
 
     A decoder of three dense layers (512 and 1024 ReLU units, then one
-    sigmoid unit per pixel) reconstructs the input from the class capsules
-    with all but one masked out (`Mask`): the capsule of the true label
-    during training and evaluation, the longest one in `reconstruct(x)`.
-    Its loss, `reconstruction_weight` times the per-image sum of squared
-    errors, is added to the compiled loss (the margin loss, Eq. 4) as a
-    regulariser, and logged as `reconstruction_loss`.
+    sigmoid per pixel) reconstructs the input from the class capsules with
+    all but one masked out (`Mask`): the capsule of the true label in
+    training and evaluation, the longest in `reconstruct(x)`. Its loss,
+    `reconstruction_weight` times the per-image sum of squared errors, is
+    added to the margin loss (Eq. 4) and logged as `reconstruction_loss`.
+    `fit(x, y)` takes one-hot labels; `compute_loss` runs the encoder on
+    `x` for the decoder (docs/performance.md, "The training step").
+    `compile()` uses `default_optimizer()` (the paper's Adam), the margin
+    loss and the accuracy.
 
-    `fit(x, y)` takes one-hot labels `y` and needs no second input: the
-    graph of the model maps images to lengths, and `compute_loss` runs the
-    encoder again on `x`, takes the compiled loss on the lengths of these
-    capsules and feeds the decoder the capsules selected by `y`. Both
-    losses thus share one backward pass through the encoder, and the
-    forward pass that made `y_pred` serves only the metrics. Under XLA
-    (JAX, and TensorFlow with `jit_compile=True`) that forward pass is the
-    same computation on the same operands as the repeated one and is merged
-    by common-subexpression elimination: the compiled JAX training step
-    holds as many convolutions with the decoder as without it. On PyTorch,
-    and on TensorFlow without XLA, the encoder's forward pass runs twice
-    per training step. In exchange, `fit`, `predict`, `evaluate` and
-    `.keras` saving stay plain Keras on every backend.
-
-    `compile()` without arguments uses the paper's setting: Adam with a
-    learning rate of 1e-3 decayed by 0.96 every 2000 steps (continuously,
-    as the official code), the margin loss, and the accuracy of the argmax.
-
-    With the defaults, CapsNet has 8,215,568 parameters: 6,804,224 in the
-    encoder (Conv1 20,992, PrimaryCaps 5,308,672, DigitCaps 1,474,560) and
-    1,411,344 in the decoder.
-
-    See Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules"
-    (NeurIPS 2017), Section 4 and Fig. 1-2.
-
-    Several objects per image (Sabour et al., section 6): with
-    `num_objects=K > 1`, `fit` and `evaluate` take targets `y` as the dict
-    that `datasets.multi_mnist` yields: `"labels"`, the K-hot labels of
-    shape `(batch_size, num_classes)`, on which the margin loss and the
-    metrics are taken; `"object_labels"`, the one-hot label of each object,
-    shape `(batch_size, K, num_classes)`; and `"objects"`, each object
-    alone, shape `(batch_size, K, height, width, channels)`. The decoder
-    reconstructs each object from the class capsule of its label, and the
-    reconstruction loss sums the squared errors of the K reconstructions.
-    A model without decoder also takes the K-hot labels alone.
-    `reconstruct(x)` then returns one image per object, decoded from each
-    of the K longest capsules.
+    With `num_objects=K > 1` (MultiMNIST, Section 6) `fit` takes the dict
+    of targets that `datasets.multi_mnist` yields (`"labels"`,
+    `"object_labels"`, `"objects"`): each object is reconstructed from the
+    capsule of its own label, and `reconstruct(x)` decodes each of the K
+    longest capsules.
 
     Args:
-        input_shape: Tuple of 3 integers, the `(height, width, channels)`
+        image_shape: Tuple of 3 integers, the `(height, width, channels)`
             of the images, channels last. Defaults to `(28, 28, 1)`.
-        num_classes: Integer, the number of classes (class capsules).
-            Defaults to `10`.
+        num_classes: Integer, the number of classes. Defaults to `10`.
         routing_iterations: Integer, the routing iterations of DigitCaps.
             Defaults to `3`.
+        leaky_routing: Boolean, DigitCaps' leaky routing (see
+            `ops.dynamic_routing`). Defaults to `False`.
+        stop_gradient: Boolean, whether gradients reach the votes only
+            through the last routing iteration. Defaults to `False`.
+        routing_bias: Boolean, whether DigitCaps adds a learned bias
+            before the squash (its `use_bias`; the official code has one).
+            Defaults to `False`.
         conv_filters: Integer, the filters of Conv1. Defaults to `256`.
-        conv_kernel_size: Integer, the kernel size of Conv1 (valid
-            padding, stride 1). Defaults to `9`.
+        conv_kernel_size: Integer, the kernel size of Conv1. Defaults to
+            `9`.
         num_primary_capsules: Integer, the capsule types of PrimaryCaps.
             Defaults to `32`.
-        primary_capsule_dim: Integer, the dimension of the primary
-            capsules. Defaults to `8`.
-        primary_kernel_size: Integer, the kernel size of PrimaryCaps
-            (valid padding). Defaults to `9`.
-        primary_strides: Integer, the strides of PrimaryCaps. Defaults to
-            `2`.
+        primary_capsule_dim: Integer, their dimension. Defaults to `8`.
+        primary_kernel_size: Integer, its kernel size. Defaults to `9`.
+        primary_strides: Integer, its strides. Defaults to `2`.
         capsule_dim: Integer, the dimension of the class capsules.
             Defaults to `16`.
         decoder_units: Tuple of integers, the hidden layer sizes of the
-            reconstruction decoder, or `None` for a model without decoder
-            and without reconstruction loss. Defaults to `(512, 1024)`.
+            decoder, or `None` for no decoder. Defaults to `(512, 1024)`.
         reconstruction_weight: Float, the weight of the reconstruction
             loss. Defaults to `0.0005`.
-        num_objects: Integer, the number of objects (digits) in each
-            image: `1` for MNIST, `2` for MultiMNIST. With more than one,
-            the training targets are a dict (below), each object is
-            reconstructed from its own class capsule, and the default
-            metric counts a sample as right only when all its objects are
-            recognised. Defaults to `1`.
+        num_objects: Integer, the objects (digits) in each image: `1`, or
+            `2` for MultiMNIST. Defaults to `1`.
         **kwargs: Keyword arguments of `keras.Model`, such as `name`.
-
-    Call arguments:
-        inputs: Images of shape `(batch_size, height, width, channels)`,
-            with values in `[0, 1]` to match the sigmoid decoder.
-        training: Python boolean, whether the call is in training mode.
-
-    Returns:
-        Class capsule lengths of shape `(batch_size, num_classes)`.
-
-    Raises:
-        TypeError: If a boolean or numeric argument has the wrong type.
-        ValueError: If an argument is out of its documented range,
-            or if the convolutions leave no spatial positions on
-            `input_shape`.
 
     Example:
 
@@ -147,9 +104,12 @@ class CapsNet(CapsuleClassifier):
 
     def __init__(
         self,
-        input_shape=(28, 28, 1),
+        image_shape=(28, 28, 1),
         num_classes=10,
         routing_iterations=3,
+        leaky_routing=False,
+        stop_gradient=False,
+        routing_bias=False,
         conv_filters=256,
         conv_kernel_size=9,
         num_primary_capsules=32,
@@ -162,7 +122,8 @@ class CapsNet(CapsuleClassifier):
         num_objects=1,
         **kwargs,
     ):
-        input_shape = check_image_shape(input_shape)
+        check_no_input_shape(kwargs, "CapsNet")
+        image_shape = check_image_shape(image_shape)
         for name, value in (
             ("num_classes", num_classes),
             ("routing_iterations", routing_iterations),
@@ -175,6 +136,9 @@ class CapsNet(CapsuleClassifier):
             ("capsule_dim", capsule_dim),
         ):
             check_positive_int(value, name)
+        check_bool(leaky_routing, "leaky_routing")
+        check_bool(stop_gradient, "stop_gradient")
+        check_bool(routing_bias, "routing_bias")
         check_num_objects(num_objects, num_classes)
         decoder_units = check_int_tuple(
             decoder_units,
@@ -187,7 +151,7 @@ class CapsNet(CapsuleClassifier):
             reconstruction_weight, "reconstruction_weight"
         )
         check_image_size(
-            input_shape,
+            image_shape,
             [
                 ("Conv1", conv_kernel_size, 1),
                 ("PrimaryCaps", primary_kernel_size, primary_strides),
@@ -217,17 +181,20 @@ class CapsNet(CapsuleClassifier):
             num_capsules=num_classes,
             capsule_dim=capsule_dim,
             routing_iterations=routing_iterations,
+            use_bias=routing_bias,
+            leaky_routing=leaky_routing,
+            stop_gradient=stop_gradient,
             name="digit_caps",
         )
         length = Length(name="length")
         decoder = None
         if decoder_units is not None:
             decoder = dense_decoder(
-                num_classes * capsule_dim, decoder_units, input_shape
+                num_classes * capsule_dim, decoder_units, image_shape
             )
 
         # === Functional Model ===
-        images = keras.Input(shape=input_shape, name="images")
+        images = keras.Input(shape=image_shape, name="images")
         capsules = digit_caps(primary_caps(conv1(images)))
         super().__init__(
             inputs=images,
@@ -237,7 +204,7 @@ class CapsNet(CapsuleClassifier):
             num_classes=num_classes,
             capsule_dim=capsule_dim,
             num_objects=num_objects,
-            image_shape=input_shape,
+            image_shape=image_shape,
             reconstruction_weight=reconstruction_weight,
             **kwargs,
         )
@@ -247,6 +214,9 @@ class CapsNet(CapsuleClassifier):
 
         # === Config ===
         self.routing_iterations = routing_iterations
+        self.leaky_routing = leaky_routing
+        self.stop_gradient = stop_gradient
+        self.routing_bias = routing_bias
         self.conv_filters = conv_filters
         self.conv_kernel_size = conv_kernel_size
         self.num_primary_capsules = num_primary_capsules
@@ -274,8 +244,13 @@ class CapsNet(CapsuleClassifier):
         primary = self.primary_caps(features, training=training)
         return self.digit_caps(primary, training=training)
 
-    def default_optimizer(self):
+    def default_optimizer(self, total_steps=None):
         """The optimizer of `compile(optimizer="auto")`: the paper's Adam.
+
+        Args:
+            total_steps: Optional positive integer, the training steps of
+                the run. The schedule does not depend on the run's length,
+                so it is not used. Defaults to `None`.
 
         Returns:
             `keras.optimizers.Adam` with a learning rate of 1e-3 decayed by
@@ -293,9 +268,12 @@ class CapsNet(CapsuleClassifier):
         return {
             "name": self.name,
             "trainable": self.trainable,
-            "input_shape": self.image_shape,
+            "image_shape": self.image_shape,
             "num_classes": self.num_classes,
             "routing_iterations": self.routing_iterations,
+            "leaky_routing": self.leaky_routing,
+            "stop_gradient": self.stop_gradient,
+            "routing_bias": self.routing_bias,
             "conv_filters": self.conv_filters,
             "conv_kernel_size": self.conv_kernel_size,
             "num_primary_capsules": self.num_primary_capsules,

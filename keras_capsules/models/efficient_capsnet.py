@@ -2,9 +2,11 @@
 
 import keras
 
+from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_image_size
 from keras_capsules._validation import check_int_tuple
+from keras_capsules._validation import check_no_input_shape
 from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_num_objects
 from keras_capsules._validation import check_option
@@ -12,41 +14,53 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules.layers.depthwise_primary_caps import DepthwisePrimaryCaps
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.self_attention_caps import SelfAttentionCaps
-from keras_capsules.models._base import is_auto
-from keras_capsules.models._base import read_only_presets
 from keras_capsules.models._capsule_classifier import CapsuleClassifier
 from keras_capsules.models._decoders import CONVOLUTIONAL_DECODER_SIZE
 from keras_capsules.models._decoders import convolutional_decoder
 from keras_capsules.models._decoders import dense_decoder
 from keras_capsules.models._reference_weights import from_reference_weights
+from keras_capsules.ops.squash import FORMS
 
-# The authors' three networks (their `efficient_capsnet_graph_*.py`): the
-# MultiMNIST one strides twice more to reach a 1x1 map from 36x36, the
-# smallNORB one starts with a 7x7 stride-2 convolution on the stereo pair
-# and uses LeakyReLU, instance normalisation and a convolutional decoder.
-_PRESETS = {
-    "mnist": {"input_shape": (28, 28, 1)},
+# The authors' three networks (their `efficient_capsnet_graph_*.py`).
+_ARCHITECTURES = {
+    "mnist": {
+        "description": "The authors' MNIST network (28x28x1, the defaults).",
+        "config": {"image_shape": (28, 28, 1)},
+    },
     "multimnist": {
-        "input_shape": (36, 36, 1),
-        "conv_strides": (1, 1, 2, 2),
-        "primary_kernel_size": 5,
-        "primary_strides": 2,
-        "num_objects": 2,
+        "description": "The authors' MultiMNIST network: 36x36x1, two "
+        "more strides to reach a 1x1 map, a 5x5 stride-2 primary kernel, "
+        "two objects.",
+        "config": {
+            "image_shape": (36, 36, 1),
+            "conv_strides": (1, 1, 2, 2),
+            "primary_kernel_size": 5,
+            "primary_strides": 2,
+            "num_objects": 2,
+        },
     },
     "smallnorb": {
-        "input_shape": (48, 48, 2),
-        "num_classes": 5,
-        "conv_kernel_sizes": (7, 3, 3, 3),
-        "conv_strides": (2, 1, 1, 2),
-        "primary_kernel_size": 8,
-        "activation": "leaky_relu",
-        "normalization": "instance",
-        "decoder_type": "convolutional",
+        "description": "The authors' smallNORB network: 48x48x2 stereo "
+        "pairs, 5 classes, a 7x7 stride-2 first convolution, LeakyReLU, "
+        "instance normalisation, an 8x8 primary kernel and a "
+        "convolutional decoder.",
+        "config": {
+            "image_shape": (48, 48, 2),
+            "num_classes": 5,
+            "conv_kernel_sizes": (7, 3, 3, 3),
+            "conv_strides": (2, 1, 1, 2),
+            "primary_kernel_size": 8,
+            "activation": "leaky_relu",
+            "normalization": "instance",
+            "decoder_type": "convolutional",
+        },
     },
 }
 _ACTIVATIONS = ("relu", "leaky_relu")
 _NORMALIZATIONS = ("batch", "instance")
 _DECODER_TYPES = ("dense", "convolutional")
+# The authors' epochs: 60,000 images at batch 16.
+_AUTHORS_STEPS_PER_EPOCH = 3750
 # The hidden layers of the dense decoder (Sabour et al.'s).
 _DENSE_DECODER_UNITS = (512, 1024)
 
@@ -103,7 +117,7 @@ def _decoder(decoder_type, num_inputs, image_shape):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class EfficientCapsNet(CapsuleClassifier):
+class EfficientCapsNet(CapsuleClassifier, architectures=_ARCHITECTURES):
     """The Efficient-CapsNet of Mazzia, Salvetti & Chiaberge (2021).
 
     Four valid convolutions, each followed by its activation and a
@@ -111,85 +125,53 @@ class EfficientCapsNet(CapsuleClassifier):
     MNIST); a depthwise convolution over the whole map turns it into 16
     primary capsules of 8 dimensions (`DepthwisePrimaryCaps`), which
     self-attention routing sends to one 16D capsule per class in a single
-    pass (`SelfAttentionCaps`). Both capsule layers use the paper's
-    exponential squash. The output is the length of each class capsule:
-    `predict(x)` returns shape `(batch_size, num_classes)` and the class is
-    its argmax. With the defaults (the MNIST network) the encoder has
-    161,824 trainable parameters (the batch normalisations hold 576 more,
-    not trained), the dense decoder 1,411,344.
+    pass (`SelfAttentionCaps`). The output is the length of each class
+    capsule; the class is its argmax. The MNIST network's encoder has
+    161,824 trainable parameters, its dense decoder 1,411,344.
 
-    The decoder reconstructs the image from the class capsules with all
-    but one masked out: that of the true label during training and
-    evaluation, the longest in `reconstruct(x)`. Its loss,
-    `reconstruction_weight` times the mean squared error per pixel, is
-    added to the margin loss, as in the authors' code (0.392 per pixel is
-    Sabour et al.'s 0.0005 per image summed over 784 pixels). Training
-    works as in `CapsNet`: `fit(x, y)` with one-hot labels; with
-    `num_objects=2` (MultiMNIST) the targets are the dict that
-    `keras_capsules.datasets.multi_mnist` yields and each digit is
-    reconstructed from its own capsule.
-
-    `EfficientCapsNet.from_preset(name)` builds the authors' networks for
-    `"mnist"` (28x28x1, the defaults), `"multimnist"` (36x36x1, two more
-    strides and a 5x5 stride-2 primary kernel, two objects) and
-    `"smallnorb"` (48x48x2 stereo pairs, 5 classes, a 7x7 stride-2 first
-    convolution, LeakyReLU and instance normalisation, an 8x8 primary
-    kernel and a convolutional decoder); `EfficientCapsNet.presets` maps
-    each name to its arguments.
-
-    Where the paper and the authors' code differ, this model follows the
-    code: see `keras_capsules.ops.self_attention_routing` and
-    docs/self_attention_routing.md. Accuracy and speed, against CapsNet:
-    docs/results.md, "EfficientCapsNet on MNIST".
+    The decoder and `fit` work as in `CapsNet`; the reconstruction loss
+    is `reconstruction_weight` times the mean squared error per pixel, as
+    in the authors' code. `EfficientCapsNet.presets` lists the authors'
+    networks `"mnist"`, `"multimnist"` and `"smallnorb"` and the trained
+    `"efficient_capsnet_mnist"`; `from_reference_weights` loads the
+    authors' weight files. Where the paper and the authors' code differ,
+    the model follows the code (docs/self_attention_routing.md).
 
     Args:
-        input_shape: Tuple of 3 integers, the `(height, width, channels)`
+        image_shape: Tuple of 3 integers, the `(height, width, channels)`
             of the images, channels last. Defaults to `(28, 28, 1)`.
-        num_classes: Integer, the number of classes (class capsules).
-            Defaults to `10`.
+        num_classes: Integer, the number of classes. Defaults to `10`.
         conv_filters: Tuple of integers, the filters of each convolution.
             Defaults to `(32, 64, 64, 128)`.
         conv_kernel_sizes: Tuple of integers, one kernel size per
             convolution. Defaults to `(5, 3, 3, 3)`.
         conv_strides: Tuple of integers, one stride per convolution.
             Defaults to `(1, 1, 1, 2)`.
-        activation: `"relu"` or `"leaky_relu"` (negative slope 0.3, the
-            Keras default the authors use), applied after each
+        activation: `"relu"` or `"leaky_relu"` (slope 0.3), after each
             convolution. Defaults to `"relu"`.
         normalization: `"batch"` or `"instance"`, after each activation.
             Defaults to `"batch"`.
         primary_kernel_size: Integer, the window of the depthwise primary
-            convolution (the whole feature map in the presets). Defaults
-            to `9`.
+            convolution. Defaults to `9`.
         primary_strides: Integer, its stride. Defaults to `1`.
         primary_capsule_dim: Integer, the dimension of the primary
             capsules; it must divide the last convolution's filters.
             Defaults to `8`.
         capsule_dim: Integer, the dimension of the class capsules.
             Defaults to `16`.
-        decoder_type: `"dense"` (512 and 1024 ReLU units, then a sigmoid unit
+        squash_form: The squash of both capsule layers, `"exponential"`
+            (the paper's) or `"rational"` (Sabour et al.'s). Defaults to
+            `"exponential"`.
+        use_prior: Boolean, whether the routing adds its learned prior to
+            the coupling logits. Defaults to `True`.
+        decoder_type: `"dense"` (512 and 1024 ReLU units, then a sigmoid
             per pixel), `"convolutional"` (the smallNORB decoder, for
-            48x48 images) or `None` (no decoder and no reconstruction
-            loss). Defaults to `"dense"`.
+            48x48 images) or `None` (no decoder). Defaults to `"dense"`.
         reconstruction_weight: Float, the weight of the per-pixel mean
             squared reconstruction error. Defaults to `0.392`.
         num_objects: Integer, the number of objects in each image: `1`, or
             `2` for MultiMNIST. Defaults to `1`.
         **kwargs: Keyword arguments of `keras.Model`, such as `name`.
-
-    Call arguments:
-        inputs: Images of shape `(batch_size, height, width, channels)`,
-            with values in `[0, 1]` to match the sigmoid decoder.
-        training: Python boolean, whether the call is in training mode.
-
-    Returns:
-        Class capsule lengths of shape `(batch_size, num_classes)`.
-
-    Raises:
-        TypeError: If a boolean or numeric argument has the wrong type.
-        ValueError: If an argument is out of its documented range, if the
-            convolutions leave no positions on `input_shape`, or if the
-            convolutional decoder is asked for images other than 48x48.
 
     Example:
 
@@ -215,14 +197,12 @@ class EfficientCapsNet(CapsuleClassifier):
     decoder_argument = "decoder_type"
     reconstruction_reduction = "mean"
 
-    # Read-only: name -> the arguments that differ from the defaults.
-    presets = read_only_presets(_PRESETS)
     # The authors' .h5 weight files: see models/_reference_weights.py.
     from_reference_weights = classmethod(from_reference_weights)
 
     def __init__(
         self,
-        input_shape=(28, 28, 1),
+        image_shape=(28, 28, 1),
         num_classes=10,
         conv_filters=(32, 64, 64, 128),
         conv_kernel_sizes=(5, 3, 3, 3),
@@ -233,12 +213,15 @@ class EfficientCapsNet(CapsuleClassifier):
         primary_strides=1,
         primary_capsule_dim=8,
         capsule_dim=16,
+        squash_form="exponential",
+        use_prior=True,
         decoder_type="dense",
         reconstruction_weight=0.392,
         num_objects=1,
         **kwargs,
     ):
-        input_shape = check_image_shape(input_shape)
+        check_no_input_shape(kwargs, "EfficientCapsNet")
+        image_shape = check_image_shape(image_shape)
         for name, value in (
             ("num_classes", num_classes),
             ("primary_kernel_size", primary_kernel_size),
@@ -259,6 +242,8 @@ class EfficientCapsNet(CapsuleClassifier):
                 ("conv_strides", conv_strides),
             )
         )
+        check_option(squash_form, "squash_form", FORMS)
+        check_bool(use_prior, "use_prior")
         check_option(activation, "activation", _ACTIVATIONS)
         check_option(normalization, "normalization", _NORMALIZATIONS)
         if decoder_type is not None:
@@ -273,7 +258,7 @@ class EfficientCapsNet(CapsuleClassifier):
                 f"primary_capsule_dim={primary_capsule_dim}"
             )
         check_image_size(
-            input_shape,
+            image_shape,
             [
                 (f"conv{i + 1}", kernel, stride)
                 for i, (kernel, stride) in enumerate(
@@ -284,11 +269,11 @@ class EfficientCapsNet(CapsuleClassifier):
             "EfficientCapsNet",
         )
         size = CONVOLUTIONAL_DECODER_SIZE
-        if decoder_type == "convolutional" and input_shape[:2] != (size, size):
+        if decoder_type == "convolutional" and image_shape[:2] != (size, size):
             raise ValueError(
                 f"The convolutional decoder draws {size}x{size} images; use "
                 'decoder_type="dense" for other sizes. '
-                f"Received: input_shape={input_shape}"
+                f"Received: image_shape={image_shape}"
             )
 
         # === Layers ===
@@ -305,16 +290,21 @@ class EfficientCapsNet(CapsuleClassifier):
             capsule_dim=primary_capsule_dim,
             kernel_size=primary_kernel_size,
             strides=primary_strides,
+            squash_form=squash_form,
             name="primary_caps",
         )
         digit_caps = SelfAttentionCaps(
-            num_capsules=num_classes, capsule_dim=capsule_dim, name="digit_caps"
+            num_capsules=num_classes,
+            capsule_dim=capsule_dim,
+            use_prior=use_prior,
+            squash_form=squash_form,
+            name="digit_caps",
         )
         length = Length(name="length")
-        decoder = _decoder(decoder_type, num_classes * capsule_dim, input_shape)
+        decoder = _decoder(decoder_type, num_classes * capsule_dim, image_shape)
 
         # === Functional Model ===
-        images = keras.Input(shape=input_shape, name="images")
+        images = keras.Input(shape=image_shape, name="images")
         x = images
         for layer in features:
             x = layer(x)
@@ -327,7 +317,7 @@ class EfficientCapsNet(CapsuleClassifier):
             num_classes=num_classes,
             capsule_dim=capsule_dim,
             num_objects=num_objects,
-            image_shape=input_shape,
+            image_shape=image_shape,
             reconstruction_weight=reconstruction_weight,
             **kwargs,
         )
@@ -344,6 +334,8 @@ class EfficientCapsNet(CapsuleClassifier):
         self.primary_kernel_size = primary_kernel_size
         self.primary_strides = primary_strides
         self.primary_capsule_dim = primary_capsule_dim
+        self.squash_form = squash_form
+        self.use_prior = use_prior
         self.decoder_type = decoder_type
 
     def class_capsules(self, x, training=False):
@@ -365,51 +357,23 @@ class EfficientCapsNet(CapsuleClassifier):
         primary = self.primary_caps(x, training=training)
         return self.digit_caps(primary, training=training)
 
-    def compile(
-        self, optimizer="auto", loss="auto", *, steps_per_epoch=3750, **kwargs
-    ):
-        """Configures the model for training, with the authors' defaults.
-
-        As `CapsNet.compile`: the margin loss (0.9 / 0.1 / 0.5, summed over
-        the classes) plus the reconstruction loss, the accuracy, and XLA on
-        TensorFlow and JAX; the optimizer of `"auto"` is
-        `default_optimizer(steps_per_epoch)`.
-
-        Args:
-            optimizer: An optimizer, or `"auto"` for the authors' Adam.
-                Defaults to `"auto"`.
-            loss: A loss on the class capsule lengths, or `"auto"` for
-                `keras_capsules.losses.MarginLoss()`. Defaults to `"auto"`.
-            steps_per_epoch: Positive integer, the training steps in an
-                epoch, for the decay of the `"auto"` learning rate.
-                Defaults to `3750`, the steps of 60,000 images at batch 16.
-            **kwargs: `metrics`, `jit_compile` (as in `CapsNet.compile`)
-                and other arguments of `keras.Model.compile`.
-        """
-        if is_auto(optimizer):
-            optimizer = self.default_optimizer(steps_per_epoch)
-        super().compile(optimizer, loss, **kwargs)
-
-    def default_optimizer(self, steps_per_epoch=3750):
+    def default_optimizer(self, total_steps=None):
         """The optimizer of `compile(optimizer="auto")`: the authors' Adam.
 
         Adam with a learning rate of 5e-4 multiplied by 0.97 after every
-        epoch, down to 5e-5 (reached after 76 epochs), as a step function
-        of the training step
+        epoch of 60,000 images at batch 16 (3,750 steps), down to 5e-5
+        (reached after 76 epochs), as a step function of the training step
         (`keras.optimizers.schedules.PiecewiseConstantDecay`).
 
         Args:
-            steps_per_epoch: Positive integer, the training steps in an
-                epoch. Defaults to `3750`, the steps of 60,000 images at
-                batch 16.
+            total_steps: Optional positive integer, the training steps of
+                the run. The schedule does not depend on the run's length,
+                so it is not used. Defaults to `None`.
 
         Returns:
             A `keras.optimizers.Adam`.
-
-        Raises:
-            ValueError: If `steps_per_epoch` is not a positive integer.
         """
-        check_positive_int(steps_per_epoch, "steps_per_epoch")
+        steps_per_epoch = _AUTHORS_STEPS_PER_EPOCH
         rates = [5e-4]
         while rates[-1] * 0.97 > 5e-5:
             rates.append(5e-4 * 0.97 ** len(rates))
@@ -425,7 +389,7 @@ class EfficientCapsNet(CapsuleClassifier):
         return {
             "name": self.name,
             "trainable": self.trainable,
-            "input_shape": self.image_shape,
+            "image_shape": self.image_shape,
             "num_classes": self.num_classes,
             "conv_filters": self.conv_filters,
             "conv_kernel_sizes": self.conv_kernel_sizes,
@@ -436,15 +400,9 @@ class EfficientCapsNet(CapsuleClassifier):
             "primary_strides": self.primary_strides,
             "primary_capsule_dim": self.primary_capsule_dim,
             "capsule_dim": self.capsule_dim,
+            "squash_form": self.squash_form,
+            "use_prior": self.use_prior,
             "decoder_type": self.decoder_type,
             "reconstruction_weight": self.reconstruction_weight,
             "num_objects": self.num_objects,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        # `.keras` files saved before the argument was renamed.
-        if "decoder" in config:
-            config = dict(config)
-            config["decoder_type"] = config.pop("decoder")
-        return cls(**config)

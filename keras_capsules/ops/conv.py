@@ -16,14 +16,10 @@ def conv2d(inputs, kernel, strides=1, padding="valid"):
     strided convolution is rewritten as a stride-1 convolution on a
     space-to-depth view of the input (each `strides` block of pixels folded
     into the channels) with the kernel zero-padded to a multiple of the
-    stride and folded the same way. The forward cost grows by the kernel
-    padding (9x9 -> 10x10 at stride 2, +23%), but the gradient with respect
-    to the input no longer needs an lhs-dilated convolution, which XLA's CPU
-    backend runs about ten times slower than the forward pass
-    (docs/performance.md, "CapsNet: the strided convolution"). PyTorch
-    computes strided gradients natively and is slower with the rewrite, so
-    there (and when the spatial size is unknown) the plain `keras.ops.conv`
-    is used.
+    stride and folded the same way, so that its gradient with respect to
+    the input needs no lhs-dilated convolution (docs/performance.md,
+    "CapsNet: the strided convolution"). On PyTorch, and when the spatial
+    size is unknown, the plain `keras.ops.conv` is used.
 
     Args:
         inputs: Tensor of shape `(batch, height, width, channels)`.
@@ -86,9 +82,8 @@ def depthwise_conv2d(inputs, kernel, strides=1, padding="valid"):
     coming from channel `c`. When the window fits only once on the input
     (a `"valid"` convolution with a 1x1 output, as in Efficient-CapsNet's
     primary capsules), it is computed as one `keras.ops.einsum` over that
-    window, whose gradient XLA's CPU backend computes much faster than
-    that of a grouped convolution (docs/performance.md, "EfficientCapsNet:
-    the depthwise convolution"). Other shapes use
+    window instead of a grouped convolution (docs/performance.md,
+    "EfficientCapsNet: the depthwise convolution"). Other shapes use
     `keras.ops.depthwise_conv`.
 
     Args:

@@ -12,9 +12,9 @@ from keras_capsules.ops.squash import squash
 
 def dynamic_routing(
     votes,
-    iterations=3,
+    routing_iterations=3,
     bias=None,
-    leaky=False,
+    leaky_routing=False,
     stop_gradient=False,
     return_coupling=False,
 ):
@@ -53,12 +53,13 @@ def dynamic_routing(
             prediction vectors `u_hat` of every input capsule for every
             output capsule, with any number of leading (batch, position)
             dimensions.
-        iterations: Positive integer, the number of routing iterations
-            (the paper uses 3). Defaults to `3`.
+        routing_iterations: Positive integer, the number of routing
+            iterations (the paper uses 3). Defaults to `3`.
         bias: Optional tensor broadcastable to `(num_out, dim)`, added to
             `s` before the squash (the official code uses one, initialised
             to 0.1). Defaults to `None`.
-        leaky: Boolean, whether to use leaky routing. Defaults to `False`.
+        leaky_routing: Boolean, whether to use leaky routing. Defaults to
+            `False`.
         stop_gradient: Boolean, whether to block gradients through the
             agreement updates and the non-final iterations. Does not change
             the forward values. Defaults to `False`.
@@ -69,11 +70,11 @@ def dynamic_routing(
         The output capsules, a tensor of shape `(..., num_out, dim)`. With
         `return_coupling=True`, a tuple `(outputs, coupling)` where
         `coupling` has shape `(..., num_in, num_out)` and sums to 1 over
-        `num_out` (to less than 1 with `leaky=True`).
+        `num_out` (to less than 1 with `leaky_routing=True`).
 
     Raises:
-        ValueError: If `iterations` is not a positive integer, if `votes`
-            has rank below 3, or if `bias` does not broadcast to
+        ValueError: If `routing_iterations` is not a positive integer, if
+            `votes` has rank below 3, or if `bias` does not broadcast to
             `(num_out, dim)`.
 
     Example:
@@ -81,7 +82,9 @@ def dynamic_routing(
     >>> import numpy as np
     >>> import keras_capsules
     >>> votes = np.random.rand(2, 1152, 10, 16).astype("float32")
-    >>> outputs = keras_capsules.ops.dynamic_routing(votes, iterations=3)
+    >>> outputs = keras_capsules.ops.dynamic_routing(
+    ...     votes, routing_iterations=3
+    ... )
     >>> tuple(outputs.shape)
     (2, 10, 16)
 
@@ -89,7 +92,9 @@ def dynamic_routing(
     - [Official TensorFlow code](https://github.com/Sarasra/models/tree/
       master/research/capsules)
     """
-    iterations = check_positive_int(iterations, "iterations")
+    routing_iterations = check_positive_int(
+        routing_iterations, "routing_iterations"
+    )
     votes = ops.convert_to_tensor(votes)
     check_votes_rank(votes.shape)
     dtype, compute_dtype = compute_dtypes(votes)
@@ -106,9 +111,9 @@ def dynamic_routing(
     frozen_votes = ops.stop_gradient(votes) if stop_gradient else votes
     # b = 0 for every example (Procedure 1, line 2).
     logits = ops.zeros_like(votes[..., 0])
-    for iteration in range(iterations):
-        is_last = iteration == iterations - 1
-        coupling = _coupling_coefficients(logits, leaky)
+    for iteration in range(routing_iterations):
+        is_last = iteration == routing_iterations - 1
+        coupling = _coupling_coefficients(logits, leaky_routing)
         step_votes = votes if is_last else frozen_votes
         preactivation = ops.einsum("...io,...iod->...od", coupling, step_votes)
         if bias is not None:
@@ -124,8 +129,8 @@ def dynamic_routing(
     return outputs
 
 
-def _coupling_coefficients(logits, leaky):
-    if not leaky:
+def _coupling_coefficients(logits, leaky_routing):
+    if not leaky_routing:
         return softmax(logits, axis=-1)
     # The official "dustbin": a constant zero logit competes in the softmax
     # and its probability mass is discarded.

@@ -94,10 +94,10 @@ def fold_capsule_patches(
     `(i * strides[0] + u, j * strides[1] + v)` (minus the padding), and the
     entries that land on one position are combined with `reduction`. With
     `"sum"` this is the adjoint of the extraction, so
-    `sum(extract(x) * p) == sum(x * fold(p))`; EM routing uses it to add up
-    each child capsule's assignment mass over every parent whose receptive
-    field contains it. With `"max"` it gives each child the largest entry
-    among all the tiles that contain it.
+    `sum(extract(x) * p) == sum(x * fold(p))`: the fold with which EM
+    routing adds up each child capsule's assignment mass over every parent
+    whose receptive field contains it. With `"max"` it gives each child the
+    largest entry among all the tiles that contain it.
 
     It is written as `kernel_h * kernel_w` strided shift-and-accumulate
     steps on the input grid (one per kernel offset), never as a dense
@@ -227,7 +227,9 @@ def coordinate_grid(height, width, coordinate_scale=None, dtype="float32"):
     return ops.cast(grid, dtype)
 
 
-def add_coordinates(votes, placement="official", coordinate_scale=None):
+def add_coordinates(
+    votes, coordinate_placement="official", coordinate_scale=None
+):
     """Adds each position's (row, column) coordinate to its pose votes.
 
     Coordinate addition (Hinton et al. 2018, Section 3.1). The votes of
@@ -244,7 +246,8 @@ def add_coordinates(votes, placement="official", coordinate_scale=None):
         votes: Tensor of shape `(batch, height, width, ..., pose_height,
             pose_width)` with static `height`, `width` and pose shape, for
             example `(batch, height, width, capsules_in, classes, 4, 4)`.
-        placement: `"official"` or `"paper"`. Defaults to `"official"`.
+        coordinate_placement: `"official"` or `"paper"`. Defaults to
+            `"official"`.
         coordinate_scale: Optional positive float, see `coordinate_grid`.
             Defaults to `None` (normalised cell centres).
 
@@ -252,20 +255,22 @@ def add_coordinates(votes, placement="official", coordinate_scale=None):
         Tensor of the shape and dtype of `votes`.
 
     Raises:
-        ValueError: If `placement` is unknown, if `votes` has rank below 5
-            or undefined dimensions, or if the pose is too small for the
-            placement.
+        ValueError: If `coordinate_placement` is unknown, if `votes` has
+            rank below 5 or undefined dimensions, or if the pose is too
+            small for the placement.
 
     Example:
 
     >>> import numpy as np
     >>> import keras_capsules
     >>> votes = np.zeros((2, 3, 3, 8, 5, 4, 4), "float32")
-    >>> votes = keras_capsules.ops.add_coordinates(votes, placement="paper")
+    >>> votes = keras_capsules.ops.add_coordinates(
+    ...     votes, coordinate_placement="paper"
+    ... )
     >>> tuple(votes.shape)
     (2, 3, 3, 8, 5, 4, 4)
     """
-    check_option(placement, "placement", PLACEMENTS)
+    check_option(coordinate_placement, "coordinate_placement", PLACEMENTS)
     votes = ops.convert_to_tensor(votes)
     shape = tuple(votes.shape)
     _check_static(
@@ -276,7 +281,7 @@ def add_coordinates(votes, placement="official", coordinate_scale=None):
     )
     height, width = shape[1], shape[2]
     pose_h, pose_w = shape[-2], shape[-1]
-    if placement == "official":
+    if coordinate_placement == "official":
         row_at, col_at = (0, 0), (0, 1)
         too_small = pose_w < 2
     else:
@@ -285,7 +290,7 @@ def add_coordinates(votes, placement="official", coordinate_scale=None):
     if too_small:
         raise ValueError(
             f"A {pose_h}x{pose_w} pose has no room for the two coordinates "
-            f'of placement "{placement}". '
+            f'of coordinate_placement "{coordinate_placement}". '
             f"Received: votes.shape={shape}"
         )
     grid = coordinate_grid(height, width, coordinate_scale, votes.dtype)

@@ -64,7 +64,7 @@ def self_attention_routing(
             learned "log priors", zeros at initialisation). Defaults to
             `None`.
         squash_form: `"exponential"` (the paper) or `"rational"` (Sabour
-            et al.), passed to `keras_capsules.ops.squash` as `form`.
+            et al.), passed to `keras_capsules.ops.squash` as `squash_form`.
             Defaults to `"exponential"`.
         return_coupling: Boolean, whether to also return the coefficients
             `c + b` that weighted the votes. Defaults to `False`.
@@ -113,7 +113,7 @@ def self_attention_routing(
     if prior is not None:
         coupling = coupling + prior
     preactivation = ops.einsum("...io,...iod->...od", coupling, votes)
-    outputs = ops.cast(squash(preactivation, form=squash_form), dtype)
+    outputs = ops.cast(squash(preactivation, squash_form=squash_form), dtype)
     if return_coupling:
         return outputs, ops.cast(coupling, dtype)
     return outputs

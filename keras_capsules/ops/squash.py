@@ -11,18 +11,18 @@ from keras_capsules.ops._dtypes import compute_dtypes
 FORMS = ("rational", "exponential")
 
 
-def squash(x, axis=-1, offset=1.0, form="rational"):
+def squash(x, axis=-1, offset=1.0, squash_form="rational"):
     """Shrinks vectors to a length in `[0, 1)`, keeping their direction.
 
     Short vectors shrink to almost zero length and long vectors to a length
     slightly below 1, so the length of a capsule can be read as the
     probability that the entity it represents is present. Two forms:
 
-    - `form="rational"`, Eq. 1 of Sabour et al.:
+    - `squash_form="rational"`, Eq. 1 of Sabour et al.:
       `v = |s|^2 / (offset + |s|^2) * s / |s|`. `offset=1.0` is the
       paper's form; `offset=0.5` gives the steeper variant used by several
       ports.
-    - `form="exponential"`, the squash of Efficient-CapsNet:
+    - `squash_form="exponential"`, the squash of Efficient-CapsNet:
       `v = (1 - exp(-|s|)) * s / |s|`, which grows linearly near zero
       (length `|s|` for short vectors) instead of quadratically.
       `offset` plays no part in it.
@@ -48,7 +48,7 @@ def squash(x, axis=-1, offset=1.0, form="rational"):
             Defaults to `-1`.
         offset: Positive float, the constant in the denominator of the
             rational scale. Defaults to `1.0`.
-        form: `"rational"` (Sabour et al.) or `"exponential"`
+        squash_form: `"rational"` (Sabour et al.) or `"exponential"`
             (Efficient-CapsNet). Defaults to `"rational"`.
 
     Returns:
@@ -57,8 +57,8 @@ def squash(x, axis=-1, offset=1.0, form="rational"):
         `[0, 1)`.
 
     Raises:
-        ValueError: If `offset` is not a positive number or `form` is not
-            one of the two names above.
+        ValueError: If `offset` is not a positive number or `squash_form`
+            is not one of the two names above.
 
     Example:
 
@@ -66,10 +66,11 @@ def squash(x, axis=-1, offset=1.0, form="rational"):
     >>> import keras_capsules
     >>> x = keras.ops.convert_to_tensor([[3.0, 4.0], [0.0, 0.0]])
     >>> v = keras_capsules.ops.squash(x)  # lengths 25/26 and 0
-    >>> w = keras_capsules.ops.squash(x, form="exponential")  # 1 - e^-5, 0
+    >>> # Lengths 1 - e^-5 and 0:
+    >>> w = keras_capsules.ops.squash(x, squash_form="exponential")
     """
     offset = check_positive_number(offset, "offset")
-    check_option(form, "form", FORMS)
+    check_option(squash_form, "squash_form", FORMS)
     x = ops.convert_to_tensor(x)
     dtype, compute_dtype = compute_dtypes(x)
     x = ops.cast(x, compute_dtype)
@@ -77,7 +78,7 @@ def squash(x, axis=-1, offset=1.0, form="rational"):
     # Epsilon inside the root: sqrt'(0) is infinite, so a bare norm would turn
     # the (correctly zero) gradient at s = 0 into 0 * inf = NaN.
     norm = ops.sqrt(squared_norm + keras.config.epsilon())
-    if form == "rational":
+    if squash_form == "rational":
         scale = squared_norm / ((offset + squared_norm) * norm)
     else:
         # 1 - exp(-|s|) as -expm1(-|s|): exact for short vectors.

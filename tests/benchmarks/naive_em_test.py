@@ -25,7 +25,9 @@ from keras_capsules.testing import TestCase
 # the smallest images it takes (17x17: grids 7, 3 and 1), so that windows
 # overlap in the first capsule layer.
 _TINY_EM_CONV_CAPS = {"grid_size": 5, "num_in": 3, "num_out": 4}
-_TINY_MATRIX_CAPSNET = keras_capsules.models.MatrixCapsNet.presets["tiny"]
+_TINY_MATRIX_CAPSNET = keras_capsules.models.MatrixCapsNet.presets["tiny"][
+    "config"
+]
 _TINY_IMAGE_SIZE = 17
 
 

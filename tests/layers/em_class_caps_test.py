@@ -32,13 +32,18 @@ class EMClassCapsTest(TestCase):
         )
 
     def test_official_setting(self):
-        official = {
-            "routing_iterations": 3,
-            "final_lambda": 0.0025,
-            "min_variance": 5e-4,
-            "epsilon": 1e-5,
-            "routing_mode": "official",
-        }
+        # The option set of the ops splats into the layer unchanged.
+        official = dict(capsule_ops.OFFICIAL_EM_CLASS_OPTIONS)
+        self.assertEqual(
+            official,
+            {
+                "routing_iterations": 3,
+                "final_lambda": 0.0025,
+                "min_variance": 5e-4,
+                "epsilon": 1e-5,
+                "routing_mode": "official",
+            },
+        )
         self.run_layer_test(
             EMClassCaps,
             {"num_classes": 5, **official},
@@ -48,6 +53,8 @@ class EMClassCapsTest(TestCase):
             expected_num_params=4 * 16 * 5 + 2 * 5,
         )
         layer = EMClassCaps(num_classes=5, **official)
+        for name, value in official.items():
+            self.assertEqual(getattr(layer, name), value, msg=name)
         self.assertEqual(layer.epsilon, 1e-5)
         self.assertEqual(EMClassCaps(num_classes=5).epsilon, None)
         self.assertEqual(
@@ -89,14 +96,65 @@ class EMClassCapsTest(TestCase):
             inputs[1].reshape(2, 36),
             layer.beta_v,
             layer.beta_a,
-            iterations=layer.routing_iterations,
+            routing_iterations=layer.routing_iterations,
             final_lambda=layer.final_lambda,
-            mode=mode,
+            routing_mode=mode,
         )
         self.assertAllClose(
             poses, keras.ops.reshape(expected[0], (2, 3, 4, 4)), atol=1e-5
         )
         self.assertAllClose(activations, expected[1], atol=1e-6)
+
+    @parameterized.named_parameters(
+        ("no_coordinates", False), ("coordinates", True)
+    )
+    def test_official_options_match_the_op(self, addition):
+        # `EMClassCaps(**OFFICIAL_EM_CLASS_OPTIONS)` routes its votes as
+        # `em_routing(..., **OFFICIAL_EM_CLASS_OPTIONS)` does.
+        inputs = _capsules((2, 3, 3, 4), seed=6)
+        options = capsule_ops.OFFICIAL_EM_CLASS_OPTIONS
+        layer = EMClassCaps(
+            num_classes=3,
+            coordinate_addition=addition,
+            kernel_initializer="random_normal",
+            beta_v_initializer="random_uniform",
+            beta_a_initializer="random_uniform",
+            **options,
+        )
+        poses, activations = layer(inputs)
+        votes = references.em_class_votes(
+            inputs[0],
+            keras.ops.convert_to_numpy(layer.kernel),
+            "official" if addition else None,
+            None,
+        )
+        expected = capsule_ops.em_routing(
+            votes.astype("float32"),
+            inputs[1].reshape(2, 36),
+            layer.beta_v,
+            layer.beta_a,
+            **options,
+        )
+        self.assertAllClose(
+            poses, keras.ops.reshape(expected[0], (2, 3, 4, 4)), atol=1e-5
+        )
+        self.assertAllClose(activations, expected[1], atol=1e-6)
+        # The check has teeth: the defaults route differently.
+        defaults = capsule_ops.em_routing(
+            votes.astype("float32"),
+            inputs[1].reshape(2, 36),
+            layer.beta_v,
+            layer.beta_a,
+        )
+        self.assertGreater(
+            np.max(
+                np.abs(
+                    keras.ops.convert_to_numpy(defaults[1])
+                    - keras.ops.convert_to_numpy(expected[1])
+                )
+            ),
+            1e-4,
+        )
 
     def test_degenerate_inputs_train_finitely(self):
         # Identical poses with a ones kernel and no coordinates make
@@ -175,16 +233,20 @@ class EMClassCapsTest(TestCase):
         self.assertIsInstance(loaded.layers[-1], EMClassCaps)
         self.assertAllClose(loaded.predict(x, verbose=0), expected, atol=1e-6)
 
-    def test_lambda_scale_of_saved_configs_folds_into_final_lambda(self):
+    def test_lambda_scale_is_an_unknown_argument(self):
+        # The deprecated `lambda_scale` is gone: it fails as any unknown
+        # keyword argument of a Keras layer does.
         config = EMClassCaps(num_classes=3, final_lambda=0.01).get_config()
         self.assertNotIn("lambda_scale", config)
-        config["lambda_scale"] = 0.25
-        with self.assertWarnsRegex(
-            FutureWarning, r"lambda_scale.*final_lambda=0.01"
+        with self.assertRaisesRegex(
+            ValueError, r"Unrecognized keyword arguments.*lambda_scale"
         ):
-            layer = EMClassCaps.from_config(config)
-        self.assertAlmostEqual(layer.final_lambda, 0.0025)
-        self.assertNotIn("lambda_scale", layer.get_config())
+            EMClassCaps(num_classes=3, lambda_scale=0.25)
+        with self.assertRaisesRegex(
+            (TypeError, ValueError),
+            r"Unrecognized keyword arguments.*lambda_scale",
+        ):
+            EMClassCaps.from_config({**config, "lambda_scale": 0.25})
 
     def test_errors(self):
         with self.assertRaisesRegex(
@@ -192,7 +254,9 @@ class EMClassCapsTest(TestCase):
         ):
             EMClassCaps(num_classes=0)
         with self.assertRaisesRegex(
-            ValueError, r"coordinate_placement must be .*placement=center"
+            ValueError,
+            r"coordinate_placement must be .*"
+            r"Received: coordinate_placement=center$",
         ):
             EMClassCaps(num_classes=2, coordinate_placement="center")
         with self.assertRaisesRegex(
@@ -200,9 +264,13 @@ class EMClassCapsTest(TestCase):
         ):
             EMClassCaps(num_classes=2, coordinate_addition="yes")
         with self.assertRaisesRegex(
-            ValueError, r"positive number.*Received: lambda_scale=-1"
+            ValueError, r"positive integer.*Received: routing_iterations=0$"
         ):
-            EMClassCaps(num_classes=2, lambda_scale=-1)
+            EMClassCaps(num_classes=2, routing_iterations=0)
+        with self.assertRaisesRegex(
+            ValueError, r"routing_mode must be .*Received: routing_mode=em$"
+        ):
+            EMClassCaps(num_classes=2, routing_mode="em")
         with self.assertRaisesRegex(
             ValueError, r"positive number.*Received: coordinate_scale=0"
         ):

@@ -26,15 +26,7 @@ class EMConvCapsTest(TestCase):
         ),
         (
             "k3_s2_official_setting",
-            {
-                "strides": (2, 2),
-                "routing_iterations": 3,
-                "final_lambda": 0.01,
-                "min_variance": 5e-4,
-                "epsilon": 1e-7,
-                "routing_mode": "official",
-                "routing_normalization": "reference",
-            },
+            {"strides": (2, 2), **capsule_ops.OFFICIAL_EM_OPTIONS},
             (5, 5),
             (2, 2),
         ),
@@ -95,14 +87,50 @@ class EMConvCapsTest(TestCase):
             layer.beta_a,
             kernel_size=3,
             strides=2,
-            iterations=layer.routing_iterations,
+            routing_iterations=layer.routing_iterations,
             final_lambda=layer.final_lambda,
-            mode=layer.routing_mode,
-            normalization=layer.routing_normalization,
+            routing_mode=layer.routing_mode,
+            routing_normalization=layer.routing_normalization,
         )
         self.assertAllClose(
             poses,
             keras.ops.reshape(expected[0], (2, 2, 2, 2, 4, 4)),
+            atol=1e-5,
+        )
+        self.assertAllClose(activations, expected[1], atol=1e-6)
+
+    @parameterized.named_parameters(("k3_s2", 5, 2), ("k3_s1", 4, 1))
+    def test_official_options_match_the_op(self, grid, strides):
+        # `EMConvCaps(**OFFICIAL_EM_OPTIONS)` routes its votes as
+        # `em_conv_routing(..., **OFFICIAL_EM_OPTIONS)` does.
+        inputs = _capsules((2, grid, grid, 3), seed=7)
+        options = capsule_ops.OFFICIAL_EM_OPTIONS
+        layer = EMConvCaps(
+            num_capsules=2,
+            kernel_size=3,
+            strides=strides,
+            beta_v_initializer="random_uniform",
+            beta_a_initializer="random_uniform",
+            **options,
+        )
+        for name, value in options.items():
+            self.assertEqual(getattr(layer, name), value, msg=name)
+        poses, activations = layer(inputs)
+        kernel = keras.ops.convert_to_numpy(layer.kernel)
+        votes = references.em_conv_votes(inputs[0], kernel, 3, strides)
+        expected = capsule_ops.em_conv_routing(
+            votes.astype("float32"),
+            inputs[1],
+            layer.beta_v,
+            layer.beta_a,
+            kernel_size=3,
+            strides=strides,
+            **options,
+        )
+        out = expected[1].shape[1]
+        self.assertAllClose(
+            poses,
+            keras.ops.reshape(expected[0], (2, out, out, 2, 4, 4)),
             atol=1e-5,
         )
         self.assertAllClose(activations, expected[1], atol=1e-6)

@@ -16,7 +16,7 @@ _BAR = 0.5
 class CapsNetLearningTest(TestCase):
     def test_learns_mnist_with_compile_defaults(self):
         model = CapsNet(
-            input_shape=(24, 24, 1),
+            image_shape=(24, 24, 1),
             conv_filters=32,
             num_primary_capsules=8,
             decoder_units=(64, 128),

@@ -20,7 +20,7 @@ from tests import references
 # Small enough to compile and train in seconds on any backend, with every
 # size different from the others so that shape mix-ups fail.
 SMALL_CONFIG = {
-    "input_shape": (20, 20, 3),
+    "image_shape": (20, 20, 3),
     "num_classes": 4,
     "routing_iterations": 2,
     "conv_filters": 8,
@@ -37,7 +37,7 @@ SMALL_CONFIG = {
 
 def _data(batch=8, seed=0):
     rng = np.random.default_rng(seed)
-    x = rng.uniform(size=(batch,) + SMALL_CONFIG["input_shape"])
+    x = rng.uniform(size=(batch,) + SMALL_CONFIG["image_shape"])
     y = np.eye(SMALL_CONFIG["num_classes"], dtype="float32")[
         np.arange(batch) % SMALL_CONFIG["num_classes"]
     ]
@@ -57,7 +57,7 @@ def _pairs(batch=6, seed=0):
     object_labels = np.eye(num_classes, dtype="float32")[
         np.stack([first, second], axis=1)
     ]
-    objects = rng.uniform(size=(batch, 2) + SMALL_CONFIG["input_shape"]).astype(
+    objects = rng.uniform(size=(batch, 2) + SMALL_CONFIG["image_shape"]).astype(
         "float32"
     )
     x = np.minimum(objects.sum(axis=1), 1.0)
@@ -206,7 +206,7 @@ class CapsNetTest(TestCase):
         self.assertEqual(set(logs), {"loss", "accuracy", "reconstruction_loss"})
         # One reconstruction per object: of the two longest capsules, or of
         # the given labels.
-        shape = (8, 2) + SMALL_CONFIG["input_shape"]
+        shape = (8, 2) + SMALL_CONFIG["image_shape"]
         self.assertEqual(tuple(model.reconstruct(x).shape), shape)
         by_label = model.reconstruct(x, y["object_labels"])
         self.assertEqual(tuple(by_label.shape), shape)
@@ -327,6 +327,9 @@ class CapsNetTest(TestCase):
                 SMALL_CONFIG,
                 name="small_capsnet",
                 trainable=True,
+                leaky_routing=False,
+                stop_gradient=False,
+                routing_bias=False,
                 num_objects=1,
             ),
         )
@@ -368,14 +371,14 @@ class CapsNetTest(TestCase):
     @parameterized.named_parameters(
         (
             "input_rank",
-            {"input_shape": (28, 28)},
-            r"input_shape must be a "
-            r"tuple of 3 positive integers.*Received: input_shape=\(28, 28\)",
+            {"image_shape": (28, 28)},
+            r"image_shape must be a "
+            r"tuple of 3 positive integers.*Received: image_shape=\(28, 28\)$",
         ),
         (
             "input_type",
-            {"input_shape": (28, 28.0, 1)},
-            r"Received: input_shape=\(28, 28\.0, 1\)",
+            {"image_shape": (28, 28.0, 1)},
+            r"Received: image_shape=\(28, 28\.0, 1\)$",
         ),
         (
             "num_classes",
@@ -400,8 +403,8 @@ class CapsNetTest(TestCase):
         ),
         (
             "too_small",
-            {"input_shape": (8, 12, 1)},
-            r"too small .*at least 9.*Received: input_shape=\(8, 12, 1\)",
+            {"image_shape": (8, 12, 1)},
+            r"too small .*at least 9.*Received: image_shape=\(8, 12, 1\)$",
         ),
         (
             "num_objects",
@@ -414,9 +417,59 @@ class CapsNetTest(TestCase):
         with self.assertRaisesRegex(ValueError, pattern):
             CapsNet(**config)
 
-    def test_has_no_architecture_presets(self):
-        # Its only preset is the trained one shipped with the package.
-        self.assertEqual(dict(CapsNet.presets), {})
+    def test_routing_options_reach_digit_caps(self):
+        options = {
+            "leaky_routing": True,
+            "stop_gradient": True,
+            "routing_bias": True,
+        }
+        model = CapsNet(**SMALL_CONFIG, **options)
+        digit_caps = model.get_layer("digit_caps")
+        self.assertIs(model.digit_caps, digit_caps)
+        self.assertTrue(digit_caps.leaky_routing)
+        self.assertTrue(digit_caps.stop_gradient)
+        self.assertTrue(digit_caps.use_bias)
+        # The official bias adds num_classes x capsule_dim weights.
+        self.assertEqual(
+            digit_caps.count_params(),
+            CapsNet(**SMALL_CONFIG).digit_caps.count_params() + 4 * 6,
+        )
+        config = model.get_config()
+        self.assertEqual({k: config[k] for k in options}, options)
+        revived = CapsNet.from_config(json.loads(json.dumps(config)))
+        self.assertEqual(revived.get_config(), config)
+        self.assertTrue(revived.digit_caps.leaky_routing)
+        self.assertTrue(revived.digit_caps.stop_gradient)
+        self.assertTrue(revived.digit_caps.use_bias)
+        # The defaults are the paper's: no leak, no stop, no bias.
+        plain = CapsNet(**SMALL_CONFIG).digit_caps
+        self.assertEqual(
+            (plain.leaky_routing, plain.stop_gradient, plain.use_bias),
+            (False, False, False),
+        )
+        x, y = _data(4)
+        model.compile()
+        history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+        self.assertTrue(np.isfinite(history.history["loss"][0]))
+
+    @parameterized.named_parameters(
+        ("leaky_routing", "leaky_routing"),
+        ("stop_gradient", "stop_gradient"),
+        ("routing_bias", "routing_bias"),
+    )
+    def test_routing_options_must_be_booleans(self, name):
+        with self.assertRaisesRegex(
+            TypeError, rf"{name} must be a boolean.*Received: {name}=yes$"
+        ):
+            CapsNet(**SMALL_CONFIG, **{name: "yes"})
+
+    def test_presets_list_the_trained_network(self):
+        # No architecture presets: its one preset is the trained network
+        # shipped with the package.
+        self.assertEqual(set(CapsNet.presets), {"capsnet_mnist"})
+        entry = CapsNet.presets["capsnet_mnist"]
+        self.assertTrue(entry["trained"])
+        self.assertEqual(entry["class_name"], "CapsNet")
         with self.assertRaisesRegex(
             ValueError, 'preset must be "capsnet_mnist".*Received: preset=mnist'
         ):

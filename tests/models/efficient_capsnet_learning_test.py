@@ -18,7 +18,7 @@ _BAR = 0.5
 class EfficientCapsNetLearningTest(TestCase):
     def test_learns_mnist_with_compile_defaults(self):
         keras.utils.set_random_seed(0)
-        model = EfficientCapsNet(input_shape=(24, 24, 1), primary_kernel_size=7)
+        model = EfficientCapsNet(image_shape=(24, 24, 1), primary_kernel_size=7)
         model.compile()
         accuracy = accuracy_after_training(self, model)
         self.assertGreater(accuracy, _BAR, msg=f"accuracy {accuracy:.3f}")

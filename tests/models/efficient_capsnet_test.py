@@ -20,7 +20,7 @@ from tests import references
 # 20x20 -> 18 -> 8 -> 6, and a 6x6 primary window over 16 channels gives 4
 # capsules of 4 dimensions.
 SMALL_CONFIG = {
-    "input_shape": (20, 20, 3),
+    "image_shape": (20, 20, 3),
     "num_classes": 4,
     "conv_filters": (8, 12, 16),
     "conv_kernel_sizes": (3, 3, 3),
@@ -38,7 +38,7 @@ SMALL_CONFIG = {
 
 def _data(batch=8, seed=0, config=SMALL_CONFIG):
     rng = np.random.default_rng(seed)
-    x = rng.uniform(size=(batch,) + config["input_shape"])
+    x = rng.uniform(size=(batch,) + config["image_shape"])
     y = np.eye(config["num_classes"], dtype="float32")[
         np.arange(batch) % config["num_classes"]
     ]
@@ -56,10 +56,10 @@ class EfficientCapsNetTest(TestCase):
         ("smallnorb", "smallnorb", 151_664, 229_570, 0, (48, 48, 2)),
     )
     def test_authors_parameter_counts(
-        self, preset, encoder, decoder, frozen, input_shape
+        self, preset, encoder, decoder, frozen, image_shape
     ):
         model = EfficientCapsNet.from_preset(preset)
-        self.assertEqual(model.image_shape, input_shape)
+        self.assertEqual(model.image_shape, image_shape)
         decoder_params = model.decoder.count_params()
         self.assertEqual(decoder_params, decoder)
         trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
@@ -83,12 +83,27 @@ class EfficientCapsNetTest(TestCase):
         with self.assertRaisesRegex(ValueError, r"Received: preset=cifar$"):
             EfficientCapsNet.from_preset("cifar")
 
-    def test_config_saved_with_the_old_decoder_argument_loads(self):
+    def test_presets(self):
+        presets = EfficientCapsNet.presets
+        self.assertEqual(
+            set(presets),
+            {"mnist", "multimnist", "smallnorb", "efficient_capsnet_mnist"},
+        )
+        for name in ("mnist", "multimnist", "smallnorb"):
+            self.assertFalse(presets[name]["trained"])
+            self.assertEqual(presets[name]["class_name"], "EfficientCapsNet")
+            self.assertIsInstance(presets[name]["description"], str)
+        self.assertEqual(
+            dict(presets["multimnist"]["config"])["image_shape"], (36, 36, 1)
+        )
+        self.assertTrue(presets["efficient_capsnet_mnist"]["trained"])
+
+    def test_config_with_the_old_decoder_argument_fails(self):
+        # `decoder` was renamed `decoder_type`; configs are not translated.
         config = EfficientCapsNet(**SMALL_CONFIG).get_config()
         config["decoder"] = config.pop("decoder_type")
-        revived = EfficientCapsNet.from_config(config)
-        self.assertEqual(revived.decoder_type, "dense")
-        self.assertIsNotNone(revived.decoder)
+        with self.assertRaises(TypeError):
+            EfficientCapsNet.from_config(config)
 
     def test_compute_loss_adds_mean_reconstruction_error(self):
         model = EfficientCapsNet(**SMALL_CONFIG)
@@ -112,7 +127,7 @@ class EfficientCapsNetTest(TestCase):
 
     def test_fit_evaluate_save_load(self):
         model = EfficientCapsNet(**SMALL_CONFIG)
-        model.compile(steps_per_epoch=2)
+        model.compile()
         self.assertIsInstance(model.loss, MarginLoss)
         x, y = _data(8)
         history = model.fit(x, y, batch_size=4, epochs=2, verbose=0)
@@ -141,21 +156,30 @@ class EfficientCapsNetTest(TestCase):
         self.assertTrue(np.isfinite(history.history["loss"][0]))
 
     def test_default_learning_rate_decays_per_epoch_to_a_floor(self):
+        # The authors' epochs: 60,000 images at batch 16, 3,750 steps.
         model = EfficientCapsNet(**SMALL_CONFIG)
-        model.compile(steps_per_epoch=100)
-        schedule = keras.optimizers.schedules.deserialize(
-            model.optimizer.get_config()["learning_rate"]
-        )
-        for step, epoch in ((0, 0), (99, 0), (250, 2), (7550, 75)):
+        model.compile()
+        config = model.optimizer.get_config()["learning_rate"]
+        schedule = keras.optimizers.schedules.deserialize(config)
+        for step, epoch in (
+            (0, 0),
+            (3749, 0),
+            (3751, 1),
+            (9000, 2),
+            (3750 * 75 + 1, 75),
+        ):
             self.assertAllClose(
                 schedule(step), 5e-4 * 0.97**epoch, rtol=1e-5, atol=0
             )
-        for step in (7650, 100_000):
+        for step in (3750 * 76 + 1, 1_000_000):
             self.assertAllClose(schedule(step), 5e-5, rtol=1e-5, atol=0)
+        # The run's length does not change the schedule.
+        model.compile(total_steps=10)
+        self.assertEqual(model.optimizer.get_config()["learning_rate"], config)
         with self.assertRaisesRegex(
-            ValueError, r"Received: steps_per_epoch=0$"
+            TypeError, r"unexpected keyword argument 'steps_per_epoch'"
         ):
-            model.compile(steps_per_epoch=0)
+            model.compile(steps_per_epoch=100)
 
     def test_two_objects(self):
         model = EfficientCapsNet(**SMALL_CONFIG, num_objects=2)
@@ -190,7 +214,8 @@ class EfficientCapsNetTest(TestCase):
 
     def test_smallnorb_network_trains(self):
         config = dict(
-            EfficientCapsNet.presets["smallnorb"], conv_filters=(4, 8, 8, 16)
+            EfficientCapsNet.presets["smallnorb"]["config"],
+            conv_filters=(4, 8, 8, 16),
         )
         model = EfficientCapsNet(**config)
         self.assertIsInstance(
@@ -219,7 +244,14 @@ class EfficientCapsNetTest(TestCase):
         config = model.get_config()
         self.assertEqual(
             config,
-            dict(SMALL_CONFIG, name="small", trainable=True, num_objects=1),
+            dict(
+                SMALL_CONFIG,
+                name="small",
+                trainable=True,
+                squash_form="exponential",
+                use_prior=True,
+                num_objects=1,
+            ),
         )
         revived = EfficientCapsNet.from_config(json.loads(json.dumps(config)))
         self.assertEqual(revived.get_config(), config)
@@ -266,7 +298,7 @@ class EfficientCapsNetTest(TestCase):
         self.assertAllFinite(model.trainable_weights)
 
     @parameterized.named_parameters(
-        ("input_shape", {"input_shape": (28, 28)}, r"input_shape=\(28, 28\)$"),
+        ("image_shape", {"image_shape": (28, 28)}, r"image_shape=\(28, 28\)$"),
         ("num_classes", {"num_classes": 0}, r"num_classes=0$"),
         ("filters", {"conv_filters": (8, 0)}, r"conv_filters=\(8, 0\)$"),
         (
@@ -285,19 +317,58 @@ class EfficientCapsNetTest(TestCase):
         ),
         (
             "too_small",
-            {"input_shape": (12, 12, 3)},
-            r"too small.*Received: input_shape=\(12, 12, 3\)$",
+            {"image_shape": (12, 12, 3)},
+            r"too small.*Received: image_shape=\(12, 12, 3\)$",
         ),
         (
             "conv_decoder",
             {"decoder_type": "convolutional"},
-            r"48x48.*Received: input_shape=\(20, 20, 3\)$",
+            r"48x48.*Received: image_shape=\(20, 20, 3\)$",
         ),
         ("num_objects", {"num_objects": 5}, r"num_objects=5$"),
+        (
+            "squash_form",
+            {"squash_form": "hinton"},
+            r"squash_form must be .*Received: squash_form=hinton$",
+        ),
     )
     def test_invalid_arguments(self, kwargs, pattern):
         with self.assertRaisesRegex(ValueError, pattern):
             EfficientCapsNet(**dict(SMALL_CONFIG, **kwargs))
+
+    def test_squash_form_and_prior_reach_both_capsule_layers(self):
+        options = {"squash_form": "rational", "use_prior": False}
+        model = EfficientCapsNet(**SMALL_CONFIG, **options)
+        self.assertEqual(model.primary_caps.squash_form, "rational")
+        self.assertEqual(model.digit_caps.squash_form, "rational")
+        self.assertFalse(model.digit_caps.use_prior)
+        # Without the prior, the routing layer has no prior weights.
+        default = EfficientCapsNet(**SMALL_CONFIG)
+        self.assertEqual(default.primary_caps.squash_form, "exponential")
+        self.assertEqual(default.digit_caps.squash_form, "exponential")
+        self.assertTrue(default.digit_caps.use_prior)
+        self.assertLess(
+            model.digit_caps.count_params(), default.digit_caps.count_params()
+        )
+        config = model.get_config()
+        self.assertEqual({k: config[k] for k in options}, options)
+        revived = EfficientCapsNet.from_config(json.loads(json.dumps(config)))
+        self.assertEqual(revived.get_config(), config)
+        self.assertEqual(revived.digit_caps.squash_form, "rational")
+        self.assertFalse(revived.digit_caps.use_prior)
+        # The squash changes what the same weights compute.
+        rational = EfficientCapsNet(**SMALL_CONFIG, squash_form="rational")
+        rational.set_weights(default.get_weights())
+        x, _ = _data(2)
+        self.assertFalse(
+            np.allclose(
+                rational.predict(x, verbose=0), default.predict(x, verbose=0)
+            )
+        )
+        with self.assertRaisesRegex(
+            TypeError, r"use_prior must be a boolean.*Received: use_prior=1$"
+        ):
+            EfficientCapsNet(**SMALL_CONFIG, use_prior=1)
 
     @pytest.mark.large
     def test_jax_file_loads_on_torch(self):

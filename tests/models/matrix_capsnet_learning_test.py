@@ -33,7 +33,7 @@ class MatrixCapsNetLearningTest(TestCase):
     def test_learns_mnist_with_compile_defaults(self):
         keras.utils.set_random_seed(0)
         model = MatrixCapsNet(
-            input_shape=(24, 24, 1), num_classes=10, A=32, B=8, C=8, D=8
+            image_shape=(24, 24, 1), num_classes=10, A=32, B=8, C=8, D=8
         )
         model.compile()
         accuracy = accuracy_after_training(self, model)

@@ -1,6 +1,4 @@
-import math
 import os
-import warnings
 
 import keras
 import numpy as np
@@ -19,42 +17,25 @@ from tests import references
 # One tiny configuration everywhere (the "tiny" preset's sizes): on JAX
 # every new weight shape costs an XLA compilation of its initializer.
 _TINY = {
-    "input_shape": (24, 24, 1),
+    "image_shape": (24, 24, 1),
     "num_classes": 5,
-    **MatrixCapsNet.presets["tiny"],
+    **MatrixCapsNet.presets["tiny"]["config"],
     "routing_iterations": 1,
 }
 
 
 def _data(batch=8, seed=0):
     rng = np.random.default_rng(seed)
-    x = rng.uniform(0.0, 1.0, size=(batch,) + _TINY["input_shape"])
+    x = rng.uniform(0.0, 1.0, size=(batch,) + _TINY["image_shape"])
     y = np.eye(5, dtype="float32")[np.arange(batch) % 5]
     return x.astype("float32"), y
 
 
-class _Batches(keras.utils.PyDataset):
-    def __init__(self, x, y, batch_size):
-        super().__init__()
-        self.x, self.y, self.batch_size = x, y, batch_size
-
-    def __len__(self):
-        return math.ceil(len(self.x) / self.batch_size)
-
-    def __getitem__(self, index):
-        batch = slice(index * self.batch_size, (index + 1) * self.batch_size)
-        return self.x[batch], self.y[batch]
-
-
-class _Stopped(Exception):
-    pass
-
-
-class _StopBeforeTraining(keras.callbacks.Callback):
-    """Ends `fit` after it has sized the schedule, before any step."""
-
-    def on_train_begin(self, logs=None):
-        raise _Stopped
+def _schedule(optimizer):
+    """The learning-rate schedule of `optimizer`, rebuilt from its config."""
+    return keras.optimizers.schedules.deserialize(
+        optimizer.get_config()["learning_rate"]
+    )
 
 
 class MatrixCapsNetTest(TestCase):
@@ -73,15 +54,28 @@ class MatrixCapsNetTest(TestCase):
         )
 
     def test_presets(self):
+        full = MatrixCapsNet.presets["full"]
         self.assertEqual(
-            dict(MatrixCapsNet.presets["full"]),
-            {"A": 32, "B": 32, "C": 32, "D": 32},
+            dict(full["config"]), {"A": 32, "B": 32, "C": 32, "D": 32}
+        )
+        self.assertEqual(full["class_name"], "MatrixCapsNet")
+        self.assertFalse(full["trained"])
+        self.assertIn("310K", full["description"])
+        self.assertEqual(
+            dict(MatrixCapsNet.presets["small"]["config"]),
+            {"A": 64, "B": 8, "C": 16, "D": 16},
         )
         self.assertEqual(MatrixCapsNet().get_config()["A"], 32)
         with self.assertRaises(TypeError):
-            MatrixCapsNet.presets["small"]["A"] = 1
+            MatrixCapsNet.presets["small"]["trained"] = True
+        with self.assertRaises(TypeError):
+            MatrixCapsNet.presets["huge"] = {}
+        # Changing a listed config changes neither the listing nor the
+        # architecture `from_preset` builds.
+        MatrixCapsNet.presets["small"]["config"]["A"] = 1
+        self.assertEqual(MatrixCapsNet.presets["small"]["config"]["A"], 64)
         model = MatrixCapsNet.from_preset(
-            "tiny", input_shape=(24, 24, 1), num_classes=3, D=2
+            "tiny", image_shape=(24, 24, 1), num_classes=3, D=2
         )
         config = model.get_config()
         self.assertEqual(
@@ -126,79 +120,56 @@ class MatrixCapsNetTest(TestCase):
         self.assertAllFinite(poses)
         self.assertAllClose(class_activations, activations, atol=1e-6)
 
-    def _decay_steps(self, model):
-        return model.optimizer.get_config()["learning_rate"]["config"][
-            "decay_steps"
-        ]
-
-    def _start_fit(self, model, *args, **kwargs):
-        with self.assertRaises(_Stopped):
-            model.fit(
-                *args, verbose=0, callbacks=[_StopBeforeTraining()], **kwargs
-            )
-
-    def test_compile_default_is_a_cosine_over_the_first_fit(self):
+    def test_compile_default_without_total_steps(self):
         model = MatrixCapsNet(**_TINY)
         model.compile()
         self.assertIsInstance(model.optimizer, keras.optimizers.Adam)
-        schedule = model.optimizer.get_config()["learning_rate"]
-        self.assertEqual(schedule["class_name"], "CosineDecay")
-        self.assertAlmostEqual(
-            schedule["config"]["initial_learning_rate"], 0.04
-        )
-        self.assertEqual(schedule["config"]["alpha"], 0.0)
         # TensorFlow 1's Adam epsilon, as in the official code.
         self.assertEqual(model.optimizer.epsilon, 1e-8)
+        schedule = _schedule(model.optimizer)
+        self.assertIsInstance(
+            schedule, keras.optimizers.schedules.ExponentialDecay
+        )
+        config = schedule.get_config()
+        self.assertEqual(
+            {k: config[k] for k in ("decay_steps", "decay_rate", "staircase")},
+            {"decay_steps": 20000, "decay_rate": 0.96, "staircase": False},
+        )
+        for step in (0, 1, 50, 20000):
+            self.assertAllClose(
+                schedule(step), 0.02 * 0.96 ** (step / 20000), rtol=1e-6
+            )
         self.assertIsInstance(model.loss, SpreadLoss)
         self.assertIs(model.loss.margin, model.spread_margin)
         self.assertTrue(
             any(v is model.spread_margin for v in model.non_trainable_variables)
         )
-        x, y = _data(10)
-        # ceil(10 / 4) = 3 steps per epoch, for 2 epochs.
-        model.fit(x, y, batch_size=4, epochs=2, verbose=0)
-        self.assertEqual(self._decay_steps(model), 6)
-        # Later fits keep the length of the first.
-        self._start_fit(model, x, y, batch_size=2, epochs=3)
-        self.assertEqual(self._decay_steps(model), 6)
+        # No run length is needed: `train_on_batch` works straight away.
+        x, y = _data(4)
+        logs = model.train_on_batch(x, y, return_dict=True)
+        self.assertTrue(np.isfinite(logs["loss"]))
+        self.assertEqual(int(model.optimizer.iterations), 1)
+        self.assertAllClose(
+            model.optimizer.learning_rate,
+            0.02 * 0.96 ** (1 / 20000),
+            rtol=1e-6,
+        )
 
-        path = os.path.join(self.get_temp_dir(), "model.keras")
-        model.save(path)
-        loaded = keras.models.load_model(path)
-        self.assertEqual(self._decay_steps(loaded), 6)
-        self._start_fit(loaded, x, y, batch_size=5, epochs=1)
-        self.assertEqual(self._decay_steps(loaded), 6)
-
-    @parameterized.named_parameters(
-        ("batch_size_32", {"epochs": 2}, 2),
-        (
-            "initial_epoch",
-            {"epochs": 3, "initial_epoch": 1, "batch_size": 4},
-            6,
-        ),
-        ("steps_per_epoch", {"epochs": 2, "steps_per_epoch": 2}, 4),
-        ("validation_split", {"batch_size": 2, "validation_split": 0.25}, 4),
-    )
-    def test_cosine_length_from_fit_arguments(self, fit_kwargs, expected):
-        model = MatrixCapsNet(**_TINY)
-        model.compile()
-        x, y = _data(10)
-        if "steps_per_epoch" in fit_kwargs:
-            self._start_fit(model, _Batches(x, y, batch_size=5), **fit_kwargs)
-        else:
-            self._start_fit(model, x, y, **fit_kwargs)
-        self.assertEqual(self._decay_steps(model), expected)
-
-    def test_cosine_length_from_a_py_dataset(self):
-        model = MatrixCapsNet(**_TINY)
-        model.compile()
-        x, y = _data(10)
-        self._start_fit(model, _Batches(x, y, batch_size=4), epochs=2)
-        self.assertEqual(self._decay_steps(model), 6)
-
-    def test_explicit_total_steps(self):
+    def test_compile_with_total_steps_is_a_cosine_over_the_run(self):
         model = MatrixCapsNet(**_TINY)
         model.compile(total_steps=100)
+        self.assertEqual(model.optimizer.epsilon, 1e-8)
+        schedule = _schedule(model.optimizer)
+        self.assertIsInstance(schedule, keras.optimizers.schedules.CosineDecay)
+        self.assertEqual(schedule.get_config()["decay_steps"], 100)
+        self.assertEqual(schedule.get_config()["alpha"], 0.0)
+        for step, expected in (
+            (0, 0.04),
+            (1, 0.02 * (1 + np.cos(np.pi / 100))),
+            (50, 0.02),
+            (100, 0.0),
+        ):
+            self.assertAllClose(schedule(step), expected, atol=1e-7, rtol=1e-5)
         x, y = _data(4)
         model.train_on_batch(x, y)
         self.assertAllClose(
@@ -206,71 +177,68 @@ class MatrixCapsNetTest(TestCase):
             0.02 * (1 + np.cos(np.pi / 100)),
             rtol=1e-5,
         )
-        self._start_fit(model, x, y, batch_size=2, epochs=1)
-        self.assertEqual(self._decay_steps(model), 100)
+        # A later fit keeps the length given.
+        model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+        self.assertEqual(
+            _schedule(model.optimizer).get_config()["decay_steps"], 100
+        )
 
-    def test_official_schedule(self):
+    def test_default_optimizer(self):
         model = MatrixCapsNet(**_TINY)
-        model.compile(schedule="official")
-        schedule = model.optimizer.get_config()["learning_rate"]
-        self.assertEqual(schedule["class_name"], "ExponentialDecay")
-        config = schedule["config"]
-        self.assertAlmostEqual(config["initial_learning_rate"], 0.01)
-        self.assertEqual(config["decay_steps"], 20000)
-        self.assertAlmostEqual(config["decay_rate"], 0.96)
-        self.assertFalse(config["staircase"])
-        self.assertEqual(model.optimizer.epsilon, 1e-8)
+        for total_steps, schedule_class in (
+            (None, keras.optimizers.schedules.ExponentialDecay),
+            (10, keras.optimizers.schedules.CosineDecay),
+        ):
+            optimizer = model.default_optimizer(total_steps)
+            self.assertIsInstance(optimizer, keras.optimizers.Adam)
+            self.assertIsInstance(_schedule(optimizer), schedule_class)
+        with self.assertRaisesRegex(ValueError, r"Received: total_steps=0$"):
+            model.default_optimizer(total_steps=0)
+
+    def test_official_schedule_is_an_optimizer_passed_in(self):
+        model = MatrixCapsNet(**_TINY)
+        official = keras.optimizers.Adam(
+            keras.optimizers.schedules.ExponentialDecay(
+                0.01, decay_steps=20000, decay_rate=0.96
+            ),
+            epsilon=1e-8,
+        )
+        model.compile(optimizer=official)
+        self.assertIs(model.optimizer, official)
         x, y = _data(4)
         model.train_on_batch(x, y)
         self.assertAllClose(
             model.optimizer.learning_rate, 0.01 * 0.96 ** (1 / 20000)
         )
-
-    def test_unknown_run_length_is_refused(self):
-        model = MatrixCapsNet(**_TINY)
-        model.compile()
-        x, y = _data(4)
-
-        def batches():
-            while True:
-                yield x, y
-
-        pattern = r"Pass total_steps= to compile\(\) or steps_per_epoch="
-        with self.assertRaisesRegex(ValueError, pattern + r".*x=generator"):
-            model.fit(batches(), epochs=1, verbose=0)
         with self.assertRaisesRegex(
-            ValueError, r"train_on_batch.*Pass total_steps= to compile\(\)"
+            TypeError, r"unexpected keyword argument 'schedule'"
         ):
-            model.train_on_batch(x, y)
-        with self.assertRaisesRegex(ValueError, "Received: schedule=step"):
-            model.compile(schedule="step")
-        with self.assertRaisesRegex(ValueError, "Received: total_steps=0"):
-            model.compile(total_steps=0)
+            model.compile(schedule="official")
 
-    def test_other_optimizer_needs_no_run_length(self):
+    def test_saved_after_compile_keeps_the_schedule(self):
         model = MatrixCapsNet(**_TINY)
-        model.compile()
-        model.compile(optimizer=keras.optimizers.SGD(0.0))
+        model.compile(total_steps=40)
         x, y = _data(4)
-        # Trains with the optimizer given, whose step needs no length.
-        model.train_on_batch(x, y)
-        # The default optimizer passed in is sized like compile()'s own.
-        model.compile(optimizer=model.default_optimizer())
-        self._start_fit(model, x, y, batch_size=2, epochs=3)
-        self.assertEqual(self._decay_steps(model), 6)
-
-    def test_saved_before_fit_takes_the_length_of_its_first_fit(self):
-        model = MatrixCapsNet(**_TINY)
-        model.compile()
+        model.fit(x, y, batch_size=2, epochs=1, verbose=0)
         path = os.path.join(self.get_temp_dir(), "model.keras")
         model.save(path)
-        with warnings.catch_warnings():
-            # Keras warns that the unbuilt optimizer saved no slots.
-            warnings.simplefilter("ignore")
-            loaded = keras.models.load_model(path)
-        x, y = _data(6)
-        self._start_fit(loaded, x, y, batch_size=2, epochs=2)
-        self.assertEqual(self._decay_steps(loaded), 6)
+        loaded = keras.models.load_model(path)
+        self.assertIsInstance(loaded, MatrixCapsNet)
+        self.assertEqual(
+            loaded.optimizer.get_config()["learning_rate"],
+            model.optimizer.get_config()["learning_rate"],
+        )
+        self.assertEqual(int(loaded.optimizer.iterations), 2)
+        self.assertAllClose(
+            loaded.optimizer.learning_rate, model.optimizer.learning_rate
+        )
+        # It trains on with the same schedule.
+        loaded.train_on_batch(x, y)
+        self.assertAllClose(
+            loaded.optimizer.learning_rate,
+            0.02 * (1 + np.cos(np.pi * 3 / 40)),
+            rtol=1e-5,
+        )
 
     def test_compile_wires_a_given_spread_loss(self):
         model = MatrixCapsNet(**_TINY)
@@ -462,15 +430,16 @@ class MatrixCapsNetTest(TestCase):
     @parameterized.named_parameters(
         (
             "small_images",
-            {"input_shape": (16, 16, 1)},
+            {"image_shape": (16, 16, 1)},
             ValueError,
-            r"at least 17.*Received: input_shape=\(16, 16, 1\)",
+            r"at least 17.*Received: image_shape=\(16, 16, 1\)$",
         ),
         (
             "input_rank",
-            {"input_shape": (32, 32)},
+            {"image_shape": (32, 32)},
             ValueError,
-            r"Received: input_shape=\(32, 32\)",
+            r"image_shape must be a tuple of 3 .*"
+            r"Received: image_shape=\(32, 32\)$",
         ),
         ("channels", {"A": 0}, ValueError, "Received: A=0"),
         (
@@ -510,7 +479,7 @@ class MatrixCapsNetTest(TestCase):
             MatrixCapsNet(**kwargs)
 
     def test_smallest_images(self):
-        model = MatrixCapsNet(**dict(_TINY, input_shape=(17, 17, 2)))
+        model = MatrixCapsNet(**dict(_TINY, image_shape=(17, 17, 2)))
         self.assertEqual(
             tuple(model.conv_caps2.output[1].shape), (None, 1, 1, 4)
         )

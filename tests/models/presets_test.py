@@ -4,6 +4,7 @@ the trained presets shipped in the package."""
 import json
 import os
 
+import h5py
 import keras
 import numpy as np
 from absl.testing import parameterized
@@ -15,9 +16,9 @@ from tests.models.capsnet_test import SMALL_CONFIG as CAPSNET_CONFIG
 from tests.models.efficient_capsnet_test import SMALL_CONFIG as EFFICIENT_CONFIG
 
 _MATRIX_CONFIG = {
-    "input_shape": (24, 24, 1),
+    "image_shape": (24, 24, 1),
     "num_classes": 5,
-    **models.MatrixCapsNet.presets["tiny"],
+    **models.MatrixCapsNet.presets["tiny"]["config"],
     "routing_iterations": 1,
 }
 _MODELS = (
@@ -28,6 +29,9 @@ _MODELS = (
 _PREDICTIONS = os.path.join(os.path.dirname(__file__), "preset_predictions.npz")
 # Fields every shipped preset records, beside those `save_to_preset` adds.
 _TRAINED_FIELDS = (
+    "description",
+    "image_shape",
+    "pixel_range",
     "dataset",
     "images",
     "test_accuracy",
@@ -37,6 +41,18 @@ _TRAINED_FIELDS = (
     "training_minutes",
     "command",
 )
+# Every name `from_preset` accepts, per class: its architectures, then the
+# trained networks shipped in the package.
+_ARCHITECTURES = {
+    models.CapsNet: (),
+    models.EfficientCapsNet: ("mnist", "multimnist", "smallnorb"),
+    models.MatrixCapsNet: ("full", "small", "tiny"),
+}
+_TRAINED = {
+    models.CapsNet: ("capsnet_mnist",),
+    models.EfficientCapsNet: ("efficient_capsnet_mnist",),
+    models.MatrixCapsNet: ("matrix_capsnet_small_mnist",),
+}
 # A shipped preset scores its recorded sample accuracy on every backend,
 # less 3 of the 1,000 images.
 _SAMPLE_MARGIN = 0.003
@@ -48,7 +64,7 @@ _PREDICTION_ATOL = 1e-5
 
 def _images(config, batch=4):
     rng = np.random.default_rng(0)
-    return rng.uniform(size=(batch,) + config["input_shape"]).astype("float32")
+    return rng.uniform(size=(batch,) + config["image_shape"]).astype("float32")
 
 
 def _values(model):
@@ -84,12 +100,58 @@ class SaveToPresetTest(TestCase):
             metadata = json.load(f)
         self.assertEqual(metadata["parameters"], model.count_params())
         self.assertEqual(metadata["weights_dtype"], "float32")
+        self.assertEqual(
+            metadata["image_shape"], list(CAPSNET_CONFIG["image_shape"])
+        )
         self.assertEqual(metadata["keras_version"], keras.__version__)
         self.assertIn("keras_capsules_version", metadata)
         self.assertIn("CPU cores", metadata["hardware"])
         # The caller's fields are kept and override the recorded ones.
         self.assertEqual(metadata["dataset"], "none")
         self.assertEqual(metadata["backend"], "mine")
+
+    @parameterized.named_parameters(*_MODELS)
+    def test_compiled_model_saves_its_weights_only(self, cls, config):
+        model = cls(**config)
+        model.compile()
+        x = _images(config)
+        y = np.eye(config["num_classes"], dtype="float32")[
+            np.arange(len(x)) % config["num_classes"]
+        ]
+        model.fit(x, y, batch_size=len(x), epochs=1, verbose=0)
+        self.assertEqual(int(model.optimizer.iterations), 1)
+        directory = os.path.join(self.get_temp_dir(), "preset")
+        model.save_to_preset(directory)
+        path = os.path.join(directory, "model.weights.h5")
+        arrays, groups = [], []
+
+        def visit(name, item):
+            if isinstance(item, h5py.Dataset):
+                arrays.append((name, item.dtype, item.size))
+            else:
+                groups.append(name)
+
+        with h5py.File(path, "r") as f:
+            f.visititems(visit)
+        # No optimizer state (Adam would add two arrays per weight), no
+        # metric state.
+        self.assertEqual(len(arrays), len(model.weights))
+        self.assertFalse(
+            [g for g in groups if "optimizer" in g.split("/")], groups
+        )
+        self.assertEqual({dtype.name for _, dtype, _ in arrays}, {"float32"})
+        parameters = model.count_params()
+        self.assertEqual(sum(size for _, _, size in arrays), parameters)
+        self.assertBetween(
+            os.path.getsize(path),
+            4 * parameters - 64 * 1024,
+            4 * parameters + 64 * 1024,
+        )
+        # The trained weights load back into an uncompiled model.
+        loaded = cls.from_preset(directory)
+        self.assertFalse(loaded.compiled)
+        for saved, restored in zip(_values(model), _values(loaded)):
+            np.testing.assert_array_equal(saved, restored)
 
     def test_float16_storage_loads_into_float32_variables(self):
         model = models.EfficientCapsNet(**EFFICIENT_CONFIG)
@@ -164,6 +226,78 @@ class SaveToPresetTest(TestCase):
             models.MatrixCapsNet.from_preset("/no/such/dir")
 
 
+class PresetListingTest(TestCase):
+    @parameterized.named_parameters(
+        *[(cls.__name__, cls) for cls in _ARCHITECTURES]
+    )
+    def test_presets_list_every_name_from_preset_accepts(self, cls):
+        presets = cls.presets
+        self.assertEqual(
+            set(presets), set(_ARCHITECTURES[cls]) | set(_TRAINED[cls])
+        )
+        for name, entry in presets.items():
+            self.assertEqual(entry["class_name"], cls.__name__, name)
+            self.assertIsInstance(entry["trained"], bool, name)
+            self.assertEqual(entry["trained"], name in _TRAINED[cls], name)
+            self.assertIsInstance(entry["description"], str, name)
+            if not entry["trained"]:
+                self.assertIsInstance(entry["config"], dict, name)
+        # Read-only.
+        with self.assertRaises(TypeError):
+            presets["new"] = {}
+        with self.assertRaises(TypeError):
+            presets[next(iter(presets))]["trained"] = True
+
+    @parameterized.named_parameters(
+        *[
+            (name, cls, name)
+            for cls, names in _ARCHITECTURES.items()
+            for name in names
+        ]
+    )
+    def test_from_preset_builds_every_architecture(self, cls, name):
+        entry = cls.presets[name]
+        model = cls.from_preset(name)
+        self.assertIsInstance(model, cls)
+        config = model.get_config()
+        for key, value in entry["config"].items():
+            self.assertEqual(config[key], value, key)
+        # Equal to the constructor with the listed arguments.
+        self.assertEqual(
+            cls(**entry["config"], name=config["name"]).get_config(), config
+        )
+
+    @parameterized.named_parameters(
+        *[
+            (name, cls, name)
+            for cls, names in _TRAINED.items()
+            for name in names
+        ]
+    )
+    def test_from_preset_builds_every_trained_network(self, cls, name):
+        entry = cls.presets[name]
+        model = cls.from_preset(name, load_weights=False)
+        self.assertIsInstance(model, cls)
+        self.assertEqual(model.count_params(), entry["parameters"])
+        self.assertEqual(list(model.image_shape), entry["image_shape"])
+
+    def test_list_presets_is_the_trained_entries_of_the_classes(self):
+        trained = {}
+        for cls in _ARCHITECTURES:
+            entries = {
+                name: dict(entry)
+                for name, entry in cls.presets.items()
+                if entry["trained"]
+            }
+            self.assertEqual(models.list_presets(cls), entries)
+            self.assertEqual(models.list_presets(cls.__name__), entries)
+            trained.update(entries)
+        listing = models.list_presets()
+        self.assertEqual(listing, trained)
+        for name, metadata in listing.items():
+            self.assertIs(metadata["trained"], True, name)
+
+
 class ShippedPresetsTest(TestCase):
     def test_list_presets(self):
         listing = models.list_presets()
@@ -187,11 +321,21 @@ class ShippedPresetsTest(TestCase):
         ):
             models.list_presets(1)
 
+    def test_shipped_metadata_tells_how_to_use_and_retrain(self):
+        for name, metadata in models.list_presets().items():
+            self.assertEqual(len(metadata["image_shape"]), 3, name)
+            self.assertEqual(metadata["pixel_range"], [0.0, 1.0], name)
+            self.assertRegex(
+                metadata["command"],
+                r"^KERAS_BACKEND=(tensorflow|jax|torch) .*python \S+\.py "
+                r"--data-dir path/to/mnist( |$)",
+                name,
+            )
+            self.assertTrue(metadata["description"], name)
+
     def test_a_shipped_preset_is_named_by_its_class(self):
         name = "efficient_capsnet_mnist"
-        network = models.EfficientCapsNet(
-            **models.EfficientCapsNet.preset_config(name)
-        )
+        network = models.EfficientCapsNet.from_preset(name, load_weights=False)
         model = models.EfficientCapsNet.from_preset(name)
         self.assertEqual(network.count_params(), model.count_params())
         with self.assertRaisesRegex(ValueError, "efficient_capsnet_mnist"):

@@ -24,14 +24,14 @@ class BackendTest(TestCase):
         # Keras' "auto" leaves TensorFlow without XLA on a machine without
         # a GPU; the models' compile() turns it on where XLA compiles.
         model = models.MatrixCapsNet.from_preset(
-            "tiny", input_shape=(28, 28, 1), num_classes=10
+            "tiny", image_shape=(28, 28, 1), num_classes=10
         )
         model.compile()
         self.assertEqual(model.jit_compile, True if _XLA else False)
         model.compile(jit_compile=False)
         self.assertFalse(model.jit_compile)
         capsnet = models.CapsNet(
-            input_shape=(28, 28, 1), num_classes=10, decoder_units=None
+            image_shape=(28, 28, 1), num_classes=10, decoder_units=None
         )
         capsnet.compile()
         self.assertEqual(capsnet.jit_compile, True if _XLA else False)

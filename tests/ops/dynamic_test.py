@@ -30,7 +30,7 @@ class DynamicRoutingTest(TestCase):
             votes, iterations
         )
         outputs, coupling = dynamic_routing(
-            votes, iterations=iterations, return_coupling=True
+            votes, routing_iterations=iterations, return_coupling=True
         )
         self.assertEqual(tuple(outputs.shape), shape[:-3] + shape[-2:])
         self.assertEqual(tuple(coupling.shape), shape[:-1])
@@ -40,7 +40,7 @@ class DynamicRoutingTest(TestCase):
     def test_single_iteration_is_uniform_coupling(self):
         votes = routing_cases.random_votes((2, 5, 4, 3))
         outputs, coupling = dynamic_routing(
-            votes, iterations=1, return_coupling=True
+            votes, routing_iterations=1, return_coupling=True
         )
         self.assertAllClose(coupling, np.full((2, 5, 4), 0.25))
         self.assertAllClose(
@@ -68,7 +68,9 @@ class DynamicRoutingTest(TestCase):
         # so routing must concentrate the coupling on output 0.
         votes = routing_cases.random_votes((1, 8, 3, 2), scale=0.1)
         votes[:, :, 0, :] = [1.0, 0.0]
-        _, coupling = dynamic_routing(votes, iterations=3, return_coupling=True)
+        _, coupling = dynamic_routing(
+            votes, routing_iterations=3, return_coupling=True
+        )
         coupling = ops.convert_to_numpy(coupling)
         self.assertTrue(np.all(coupling[..., 0] > coupling[..., 1]))
         self.assertTrue(np.all(coupling[..., 0] > 1.0 / 3.0))
@@ -99,7 +101,10 @@ class DynamicRoutingTest(TestCase):
             votes, iterations, leaky=True
         )
         outputs, coupling = dynamic_routing(
-            votes, iterations=iterations, leaky=True, return_coupling=True
+            votes,
+            routing_iterations=iterations,
+            leaky_routing=True,
+            return_coupling=True,
         )
         self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
         self.assertAllClose(coupling, expected_coupling, atol=1e-5, rtol=1e-5)
@@ -114,12 +119,15 @@ class DynamicRoutingTest(TestCase):
         expected, _ = references.dynamic_routing(
             votes, 3, bias=bias, leaky=True
         )
-        outputs = dynamic_routing(votes, bias=bias, leaky=True)
+        outputs = dynamic_routing(votes, bias=bias, leaky_routing=True)
         self.assertAllClose(outputs, expected, atol=1e-5, rtol=1e-5)
 
     @parameterized.named_parameters(
         ("plain", {}),
-        ("leaky_bias", {"leaky": True, "bias": np.full((4, 3), 0.1)}),
+        (
+            "leaky_bias",
+            {"leaky_routing": True, "bias": np.full((4, 3), 0.1)},
+        ),
     )
     def test_stop_gradient_keeps_forward_values(self, kwargs):
         votes = routing_cases.random_votes((2, 5, 4, 3))
@@ -135,10 +143,10 @@ class DynamicRoutingTest(TestCase):
     def test_stop_gradient_changes_only_multi_iteration_gradients(self):
         votes = routing_cases.random_votes((1, 4, 3, 2))
         (plain, stopped, plain_once, stopped_once), _ = _fit_one_step(
-            (votes, {"iterations": 3}),
-            (votes, {"iterations": 3, "stop_gradient": True}),
-            (votes, {"iterations": 1}),
-            (votes, {"iterations": 1, "stop_gradient": True}),
+            (votes, {"routing_iterations": 3}),
+            (votes, {"routing_iterations": 3, "stop_gradient": True}),
+            (votes, {"routing_iterations": 1}),
+            (votes, {"routing_iterations": 1, "stop_gradient": True}),
         )
         self.assertAllFinite([plain, stopped])
         self.assertFalse(np.allclose(plain, votes))
@@ -158,7 +166,7 @@ class DynamicRoutingTest(TestCase):
     def test_degenerate_votes_stay_finite(self, kind, leaky):
         votes = routing_cases.degenerate_votes(kind)
         outputs, coupling = dynamic_routing(
-            votes, leaky=leaky, return_coupling=True
+            votes, leaky_routing=leaky, return_coupling=True
         )
         self.assertAllFinite([outputs, coupling])
         lengths = np.linalg.norm(ops.convert_to_numpy(outputs), axis=-1)
@@ -175,7 +183,7 @@ class DynamicRoutingTest(TestCase):
     def test_degenerate_votes_gradient_step_is_finite(self):
         variants = (
             {},
-            {"leaky": True},
+            {"leaky_routing": True},
             {"stop_gradient": True},
             {"bias": np.full((4, 3), 0.1, dtype="float32")},
         )
@@ -219,11 +227,12 @@ class DynamicRoutingTest(TestCase):
     def test_invalid_iterations_raise(self, iterations):
         with self.assertRaisesRegex(
             ValueError,
-            r"Argument iterations must be a positive integer\. "
-            rf"Received: iterations={iterations}$",
+            r"Argument routing_iterations must be a positive integer\. "
+            rf"Received: routing_iterations={iterations}$",
         ):
             dynamic_routing(
-                routing_cases.random_votes((2, 3, 4, 2)), iterations=iterations
+                routing_cases.random_votes((2, 3, 4, 2)),
+                routing_iterations=iterations,
             )
 
     def test_low_rank_votes_raise(self):

@@ -6,7 +6,8 @@ float64 NumPy transcriptions of google-research capsule_em's
 through the ops and through the layers. The official code's layout of the
 convolutional votes is `wx[batch, indim, outdim, outatom, height, width,
 k, k]` (output position, then kernel offset); its `activation_biases` and
-`sigma_biases` are our `beta_a` and `beta_v` in `mode="official"`.
+`sigma_biases` are our `beta_a` and `beta_v` in
+`routing_mode="official"`.
 """
 
 import types
@@ -60,7 +61,7 @@ def _official_conv(votes, activations, beta_v, beta_a, kernel, strides, pad):
         tiles,
         beta_a,
         beta_v,
-        options["iterations"],
+        options["routing_iterations"],
         final_beta=options["final_lambda"],
         min_var=options["min_variance"],
     )
@@ -79,7 +80,7 @@ def _official_class(votes, activations, beta_v, beta_a):
         activations,
         beta_a,
         beta_v,
-        options["iterations"],
+        options["routing_iterations"],
         final_beta=options["final_lambda"],
         min_var=options["min_variance"],
     )
@@ -91,22 +92,22 @@ class OfficialOptionsTest(TestCase):
         self.assertEqual(
             dict(capsule_ops.OFFICIAL_EM_OPTIONS),
             {
-                "iterations": 3,
+                "routing_iterations": 3,
                 "final_lambda": 0.01,
                 "min_variance": 5e-4,
                 "epsilon": 1e-7,
-                "mode": "official",
-                "normalization": "reference",
+                "routing_mode": "official",
+                "routing_normalization": "reference",
             },
         )
         self.assertEqual(
             dict(capsule_ops.OFFICIAL_EM_CLASS_OPTIONS),
             {
-                "iterations": 3,
+                "routing_iterations": 3,
                 "final_lambda": 0.0025,
                 "min_variance": 5e-4,
                 "epsilon": 1e-5,
-                "mode": "official",
+                "routing_mode": "official",
             },
         )
         for options in (
@@ -115,7 +116,7 @@ class OfficialOptionsTest(TestCase):
         ):
             self.assertIsInstance(options, types.MappingProxyType)
             with self.assertRaises(TypeError):
-                options["iterations"] = 2
+                options["routing_iterations"] = 2
 
     @parameterized.named_parameters(
         ("seed0", 0, 30, 5),
@@ -191,25 +192,17 @@ class OfficialOptionsTest(TestCase):
             padding,
             **{
                 **capsule_ops.OFFICIAL_EM_OPTIONS,
-                "normalization": "official",
+                "routing_normalization": "official",
             },
         )
         difference = keras.ops.convert_to_numpy(exact[0]) - expected[0]
         self.assertGreater(np.max(np.abs(difference)), 100 * _TOLERANCE)
 
 
-def _layer_options(options):
-    names = {
-        "iterations": "routing_iterations",
-        "mode": "routing_mode",
-        "normalization": "routing_normalization",
-    }
-    return {names.get(k, k): v for k, v in options.items()}
-
-
 class OfficialLayersTest(TestCase):
     """The layers with the official settings route their votes as the
-    official code does (EMConvCaps in the layout of this backend)."""
+    official code does (EMConvCaps in the layout of this backend); the
+    option sets of the ops splat into the layers unchanged."""
 
     @parameterized.named_parameters(("s1", 1, 6), ("s2", 2, 7))
     def test_em_conv_caps(self, strides, grid):
@@ -225,7 +218,7 @@ class OfficialLayersTest(TestCase):
             num_out,
             3,
             strides=strides,
-            **_layer_options(capsule_ops.OFFICIAL_EM_OPTIONS),
+            **capsule_ops.OFFICIAL_EM_OPTIONS,
         )
         layer.build([poses.shape, activations.shape])
         layer.set_weights([kernel.astype("float32"), beta_v, beta_a])
@@ -258,7 +251,7 @@ class OfficialLayersTest(TestCase):
         layer = layers.EMClassCaps(
             num_classes,
             coordinate_addition=False,
-            **_layer_options(capsule_ops.OFFICIAL_EM_CLASS_OPTIONS),
+            **capsule_ops.OFFICIAL_EM_CLASS_OPTIONS,
         )
         layer.build([poses.shape, activations.shape])
         layer.set_weights([kernel.astype("float32"), beta_v, beta_a])

@@ -134,9 +134,9 @@ class EMRoutingTest(TestCase):
             activations,
             beta_v,
             beta_a,
-            iterations=iterations,
+            routing_iterations=iterations,
             final_lambda=final_lambda,
-            mode=mode,
+            routing_mode=mode,
             return_assignments=True,
         )
         expected = references.em_routing(
@@ -212,8 +212,8 @@ class EMRoutingTest(TestCase):
                 activations,
                 np.ones(3, "float32"),
                 np.ones(3, "float32"),
-                iterations=3,
-                mode=mode,
+                routing_iterations=3,
+                routing_mode=mode,
                 return_assignments=True,
             )
             self.assertAllFinite(outputs, msg=mode)
@@ -242,7 +242,7 @@ class EMRoutingTest(TestCase):
             activations,
             np.ones(3, "float32"),
             np.ones(3, "float32"),
-            mode="paper",
+            routing_mode="paper",
         )
         self.assertAllFinite([poses, probs])
         # One child: each parent's mean is that child's vote.
@@ -285,13 +285,18 @@ class EMRoutingTest(TestCase):
         activations = np.zeros((2, 6), "float32")
         beta = np.ones(3, "float32")
         with self.assertRaisesRegex(
-            ValueError, r"positive integer.*Received: iterations=0"
+            ValueError,
+            r"Argument routing_iterations must be a positive integer.*"
+            r"Received: routing_iterations=0$",
         ):
             capsule_ops.em_routing(votes, activations, beta, beta, 0)
         with self.assertRaisesRegex(
-            ValueError, r"mode must be .*Received: mode=fast"
+            ValueError,
+            r"Argument routing_mode must be .*Received: routing_mode=fast$",
         ):
-            capsule_ops.em_routing(votes, activations, beta, beta, mode="fast")
+            capsule_ops.em_routing(
+                votes, activations, beta, beta, routing_mode="fast"
+            )
         with self.assertRaisesRegex(
             ValueError, r"positive number.*Received: min_variance=0"
         ):
@@ -363,10 +368,10 @@ class EMConvRoutingTest(TestCase):
             kernel,
             strides,
             padding,
-            iterations=iterations,
+            routing_iterations=iterations,
             final_lambda=final_lambda,
-            mode=mode,
-            normalization=normalization,
+            routing_mode=mode,
+            routing_normalization=normalization,
             return_assignments=True,
         )
 
@@ -453,7 +458,7 @@ class EMConvRoutingTest(TestCase):
             np.ones(3, "float32"),
             kernel_size=3,
             padding="same",
-            normalization="all_parents",
+            routing_normalization="all_parents",
             return_assignments=True,
         )
         self.assertAllFinite(outputs)
@@ -477,7 +482,7 @@ class EMConvRoutingTest(TestCase):
                 np.ones(3, "float32"),
                 np.ones(3, "float32"),
                 kernel_size=3,
-                mode=mode,
+                routing_mode=mode,
             )
             self.assertAllFinite(outputs, msg=mode)
         _fit_probe(self, votes, activations, conv=True)
@@ -608,8 +613,8 @@ class ConvRoutingLayoutTest(TestCase):
             beta_v,
             beta_a,
             _vote_layouts.PositionsFirst(geometry, num_in),
-            "official",
-            options,
+            routing_normalization="official",
+            options=options,
             return_assignments=True,
         )
         # (batch, h, w, children, out, 4 * 4) -> (children, batch, h, w,
@@ -623,8 +628,8 @@ class ConvRoutingLayoutTest(TestCase):
             beta_v,
             beta_a,
             _vote_layouts.ChildrenFirst(geometry, num_in),
-            "official",
-            options,
+            routing_normalization="official",
+            options=options,
             return_assignments=True,
         )
         for a, e in zip(actual, expected):
@@ -639,14 +644,8 @@ class DefaultsTest(TestCase):
             parameters = inspect.signature(fn).parameters
             return [parameters[name].default for name in names]
 
-        op_names = [
-            "iterations",
-            "final_lambda",
-            "min_variance",
-            "mode",
-            "epsilon",
-        ]
-        layer_names = [
+        # One vocabulary: the ops and the layers name the options alike.
+        names = [
             "routing_iterations",
             "final_lambda",
             "min_variance",
@@ -654,15 +653,20 @@ class DefaultsTest(TestCase):
             "epsilon",
         ]
         expected = [2, 1e-3, 5e-4, "paper", None]
-        self.assertEqual(defaults(capsule_ops.em_routing, op_names), expected)
+        for fn in (
+            capsule_ops.em_routing,
+            capsule_ops.em_conv_routing,
+            layers.EMConvCaps,
+            layers.EMClassCaps,
+        ):
+            self.assertEqual(defaults(fn, names), expected, msg=fn.__name__)
         self.assertEqual(
-            defaults(capsule_ops.em_conv_routing, op_names), expected
-        )
-        for layer in (layers.EMConvCaps, layers.EMClassCaps):
-            self.assertEqual(defaults(layer, layer_names), expected)
-        self.assertEqual(
-            defaults(capsule_ops.em_conv_routing, ["normalization"]),
+            defaults(capsule_ops.em_conv_routing, ["routing_normalization"]),
             defaults(layers.EMConvCaps, ["routing_normalization"]),
+        )
+        # The internal options carry the same names.
+        self.assertEqual(
+            dict(_core.DEFAULTS._asdict()), dict(zip(names, expected))
         )
         # The model's `None` is its routing setting's, the layers' 2 by
         # default (tests/models/matrix_capsnet_test.py builds it).

@@ -157,7 +157,9 @@ class CoordinateAdditionTest(TestCase):
     def test_matches_loops(self, placement, scale):
         votes = np.random.default_rng(3).normal(size=(2, 3, 4, 2, 5, 4, 4))
         votes = votes.astype("float32")
-        result = capsule_ops.add_coordinates(votes, placement, scale)
+        result = capsule_ops.add_coordinates(
+            votes, coordinate_placement=placement, coordinate_scale=scale
+        )
         self.assertAllClose(
             result,
             references.add_coordinates(votes, placement, scale),
@@ -170,7 +172,7 @@ class CoordinateAdditionTest(TestCase):
             capsule_ops.add_coordinates(votes, "official")
         )
         paper = keras.ops.convert_to_numpy(
-            capsule_ops.add_coordinates(votes, "paper")
+            capsule_ops.add_coordinates(votes, coordinate_placement="paper")
         )
         changed = np.argwhere(official[0, 1, 1, 0] != 0).tolist()
         self.assertEqual(changed, [[0, 0], [0, 1]])
@@ -186,11 +188,15 @@ class CoordinateAdditionTest(TestCase):
 
     def test_errors(self):
         with self.assertRaisesRegex(
-            ValueError, r"placement must be .*Received: placement=center"
+            ValueError,
+            r"Argument coordinate_placement must be .*"
+            r"Received: coordinate_placement=center$",
         ):
-            capsule_ops.add_coordinates(np.zeros((1, 2, 2, 4, 4)), "center")
+            capsule_ops.add_coordinates(
+                np.zeros((1, 2, 2, 4, 4)), coordinate_placement="center"
+            )
         with self.assertRaisesRegex(
-            ValueError, r"no room.*Received: votes.shape"
+            ValueError, r"no room.*coordinate_placement.*Received: votes.shape"
         ):
             capsule_ops.add_coordinates(np.zeros((1, 2, 2, 1, 1)))
         with self.assertRaisesRegex(

@@ -24,7 +24,9 @@ class _SquashedWeight(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        return inputs * ops.reshape(squash(self.w, form=self.form), (1, -1))
+        return inputs * ops.reshape(
+            squash(self.w, squash_form=self.form), (1, -1)
+        )
 
 
 def _fit_one_step(value, form="rational"):
@@ -68,7 +70,7 @@ class SquashTest(TestCase):
         x = rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 10.0], shape)
         x = x.astype("float32")
         expected = references.squash(x, axis=axis, form="exponential")
-        output = squash(x, axis=axis, form="exponential")
+        output = squash(x, axis=axis, squash_form="exponential")
         self.assertAllClose(output, expected, atol=1e-6, rtol=1e-5)
 
     def test_exponential_form_values(self):
@@ -81,14 +83,14 @@ class SquashTest(TestCase):
             ]
         )
         self.assertAllClose(
-            squash(x, form="exponential"), expected, atol=1e-7, rtol=1e-4
+            squash(x, squash_form="exponential"), expected, atol=1e-7, rtol=1e-4
         )
 
     def test_invalid_form_raises(self):
         with self.assertRaisesRegex(
-            ValueError, r"form.*Received: form=hinton$"
+            ValueError, r"squash_form.*Received: squash_form=hinton$"
         ):
-            squash(np.ones((2, 3), dtype="float32"), form="hinton")
+            squash(np.ones((2, 3), dtype="float32"), squash_form="hinton")
 
     def test_default_offset_is_the_paper_form(self):
         x = np.array([[3.0, 4.0]], dtype="float32")
@@ -146,7 +148,7 @@ class SquashTest(TestCase):
         # |s|^2 = 250,000 overflows float16, so this needs float32 inside.
         x = ops.cast(np.array([[300.0, 400.0], [0.0, 0.0]]), dtype)
         for form in ("rational", "exponential"):
-            output = squash(x, form=form)
+            output = squash(x, squash_form=form)
             self.assertEqual(
                 keras.backend.standardize_dtype(output.dtype), dtype
             )

@@ -18,7 +18,7 @@ class ActivationMapsTest(TestCase):
         # 17x17, the smallest input, gives grids of 7x7, 3x3 and 1x1; one
         # routing iteration keeps the compiled forward pass small.
         cls.model = MatrixCapsNet.from_preset(
-            "tiny", input_shape=(17, 17, 1), num_classes=5, routing_iterations=1
+            "tiny", image_shape=(17, 17, 1), num_classes=5, routing_iterations=1
         )
         cls.image = np.random.default_rng(0).random((17, 17, 1), "float32")
 

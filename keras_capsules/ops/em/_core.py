@@ -34,33 +34,29 @@ MODES = ("official", "paper")
 # with the official code's own numerics (reference).
 NORMALIZATIONS = ("window", "official", "all_parents", "reference")
 
-# The routing options, checked once by whoever receives them.
+# The routing options, checked once by whoever receives them, under the
+# argument names of the ops and the layers alike.
 Options = collections.namedtuple(
-    "Options", ["iterations", "final_lambda", "min_variance", "epsilon", "mode"]
+    "Options",
+    [
+        "routing_iterations",
+        "final_lambda",
+        "min_variance",
+        "epsilon",
+        "routing_mode",
+    ],
 )
 # The defaults of the ops and the layers alike: the setting that learns
 # (docs/design/em_routing_defaults.md). `epsilon=None` follows
 # `keras.config.epsilon()` when the routing runs.
 DEFAULTS = Options(
-    iterations=2,
+    routing_iterations=2,
     final_lambda=1e-3,
     min_variance=5e-4,
     epsilon=None,
-    mode="paper",
+    routing_mode="paper",
 )
 DEFAULT_NORMALIZATION = "official"
-
-# The argument names of the ops; the layers pass their own.
-OP_NAMES = Options(
-    "iterations", "final_lambda", "min_variance", "epsilon", "mode"
-)
-LAYER_NAMES = Options(
-    "routing_iterations",
-    "final_lambda",
-    "min_variance",
-    "epsilon",
-    "routing_mode",
-)
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
 # Constants of the official code: the activation cost scales beta_a by
@@ -72,23 +68,25 @@ OFFICIAL_LAMBDA_DECAY = 0.95
 
 
 def check_options(
-    iterations, final_lambda, min_variance, epsilon, mode, names=OP_NAMES
+    routing_iterations, final_lambda, min_variance, epsilon, routing_mode
 ):
-    """The checked `Options`; errors name the arguments as in `names`.
-
-    Checked in argument order, so the first bad argument is reported.
-    """
+    """The checked `Options`, checked in argument order, so the first bad
+    argument is reported."""
     return Options(
-        iterations=check_positive_int(iterations, names.iterations),
-        final_lambda=check_positive_number(final_lambda, names.final_lambda),
-        min_variance=check_positive_number(min_variance, names.min_variance),
-        epsilon=check_positive_number(epsilon, names.epsilon, allow_none=True),
-        mode=check_option(mode, names.mode, MODES),
+        routing_iterations=check_positive_int(
+            routing_iterations, "routing_iterations"
+        ),
+        final_lambda=check_positive_number(final_lambda, "final_lambda"),
+        min_variance=check_positive_number(min_variance, "min_variance"),
+        epsilon=check_positive_number(epsilon, "epsilon", allow_none=True),
+        routing_mode=check_option(routing_mode, "routing_mode", MODES),
     )
 
 
-def check_normalization(normalization, name="normalization"):
-    return check_option(normalization, name, NORMALIZATIONS)
+def check_normalization(routing_normalization):
+    return check_option(
+        routing_normalization, "routing_normalization", NORMALIZATIONS
+    )
 
 
 def resolve_epsilon(epsilon):
@@ -154,7 +152,7 @@ def route_conv(
     beta_v,
     beta_a,
     layout,
-    normalization,
+    routing_normalization,
     options,
     return_assignments=False,
 ):
@@ -191,7 +189,7 @@ def route_conv(
     ones = ops.ones_like(child_activations)[..., None] * ops.ones(
         (num_out,), compute_dtype
     )
-    if normalization == "window":
+    if routing_normalization == "window":
         # Each window routes its own children: R starts at 1 / num_out and
         # the E-step is a softmax over the output types of the window.
         # Padding children have activation 0 and never count.
@@ -200,7 +198,7 @@ def route_conv(
         def normalize(log_p):
             return softmax(log_p, axis=parent_axis)
 
-    elif normalization == "reference":
+    elif routing_normalization == "reference":
         initial = ones / num_out
         grouping = reference_grouping(geometry)
         order = layout.tile_order
@@ -235,7 +233,7 @@ def route_conv(
         )
         counts = counts[..., None]
         real = ops.cast(counts > 0, compute_dtype)
-        per_type = normalization == "official"
+        per_type = routing_normalization == "official"
         if per_type:
             # The official start: 1 / num_out in every window.
             initial = ones * real / num_out
@@ -278,7 +276,7 @@ def route_conv(
 
 
 def reference_grouping(geometry):
-    """The `Tiling` by which `normalization="reference"` sums window
+    """The `Tiling` by which `routing_normalization="reference"` sums window
     entries: google-research capsule_em groups the entry at output
     position `p` and kernel offset `t` by `p + t`, as if the stride were 1
     and nothing were padded, so at stride 2 it pairs entries of different
