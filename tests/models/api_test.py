@@ -12,22 +12,9 @@ import numpy as np
 from absl.testing import parameterized
 
 import keras_capsules
-from keras_capsules import models
 from keras_capsules.testing import TestCase
-from tests.models.capsnet_test import SMALL_CONFIG as CAPSNET_CONFIG
-from tests.models.efficient_capsnet_test import SMALL_CONFIG as EFFICIENT_CONFIG
+from tests.models.presets_test import MODELS as _MODELS
 
-_MATRIX_CONFIG = {
-    "image_shape": (20, 20, 1),
-    "num_classes": 4,
-    **models.MatrixCapsNet.presets["tiny"]["config"],
-    "routing_iterations": 1,
-}
-_MODELS = (
-    ("capsnet", models.CapsNet, CAPSNET_CONFIG),
-    ("efficient_capsnet", models.EfficientCapsNet, EFFICIENT_CONFIG),
-    ("matrix_capsnet", models.MatrixCapsNet, _MATRIX_CONFIG),
-)
 _KERAS_METHODS = ("fit", "train_on_batch", "evaluate", "predict")
 # The subpackages whose modules hold classes; `datasets` and
 # `visualization` hold functions and need optional extras.

@@ -15,16 +15,16 @@ from keras_capsules.testing import TestCase
 from tests.models.capsnet_test import SMALL_CONFIG as CAPSNET_CONFIG
 from tests.models.efficient_capsnet_test import SMALL_CONFIG as EFFICIENT_CONFIG
 
-_MATRIX_CONFIG = {
+MATRIX_CONFIG = {
     "image_shape": (24, 24, 1),
     "num_classes": 5,
     **models.MatrixCapsNet.presets["tiny"]["config"],
     "routing_iterations": 1,
 }
-_MODELS = (
+MODELS = (
     ("capsnet", models.CapsNet, CAPSNET_CONFIG),
     ("efficient_capsnet", models.EfficientCapsNet, EFFICIENT_CONFIG),
-    ("matrix_capsnet", models.MatrixCapsNet, _MATRIX_CONFIG),
+    ("matrix_capsnet", models.MatrixCapsNet, MATRIX_CONFIG),
 )
 _PREDICTIONS = os.path.join(os.path.dirname(__file__), "preset_predictions.npz")
 # Fields every shipped preset records, beside those `save_to_preset` adds.
@@ -72,7 +72,7 @@ def _values(model):
 
 
 class SaveToPresetTest(TestCase):
-    @parameterized.named_parameters(*_MODELS)
+    @parameterized.named_parameters(*MODELS)
     def test_round_trip_keeps_the_weights(self, cls, config):
         model = cls(**config)
         directory = os.path.join(self.get_temp_dir(), "preset")
@@ -110,7 +110,7 @@ class SaveToPresetTest(TestCase):
         self.assertEqual(metadata["dataset"], "none")
         self.assertEqual(metadata["backend"], "mine")
 
-    @parameterized.named_parameters(*_MODELS)
+    @parameterized.named_parameters(*MODELS)
     def test_compiled_model_saves_its_weights_only(self, cls, config):
         model = cls(**config)
         model.compile()
