@@ -1,5 +1,6 @@
-"""The relative links and images of README.md and docs/ point at files that
-exist, and their `#anchors` at headings of the Markdown files they name."""
+"""The relative links and images of README.md, docs/ and the benchmark
+records' README point at files that exist, and their `#anchors` at headings
+of the Markdown files they name."""
 
 import pathlib
 import re
@@ -18,7 +19,11 @@ _HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 
 
 def _documents():
-    return [_ROOT / "README.md"] + sorted((_ROOT / "docs").rglob("*.md"))
+    return [
+        _ROOT / "README.md",
+        _ROOT / "benchmarks" / "results" / "README.md",
+        *sorted((_ROOT / "docs").rglob("*.md")),
+    ]
 
 
 def _prose(text):
