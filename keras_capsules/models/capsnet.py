@@ -35,16 +35,13 @@ class CapsNet(CapsuleClassifier):
     training and evaluation, the longest in `reconstruct(x)`. Its loss,
     `reconstruction_weight` times the per-image sum of squared errors, is
     added to the margin loss (Eq. 4) and logged as `reconstruction_loss`.
-    `fit(x, y)` takes one-hot labels; `compute_loss` runs the encoder on
-    `x` for the decoder (docs/performance.md, "The training step").
-    `compile()` uses `default_optimizer()` (the paper's Adam), the margin
-    loss and the accuracy.
+    `compute_loss` runs the encoder on `x` for the decoder
+    (docs/performance.md, "The training step"). `compile()` uses the
+    paper's Adam, the margin loss and the accuracy.
 
-    With `num_objects=K > 1` (MultiMNIST, Section 6) `fit` takes the dict
-    of targets that `datasets.multi_mnist` yields (`"labels"`,
-    `"object_labels"`, `"objects"`): each object is reconstructed from the
-    capsule of its own label, and `reconstruct(x)` decodes each of the K
-    longest capsules.
+    With `num_objects=K > 1` (MultiMNIST) `fit` takes the targets of
+    `datasets.multi_mnist`, and each of the K objects is reconstructed from
+    its own capsule (docs/dynamic_routing.md).
 
     Args:
         image_shape: Tuple of 3 integers, the `(height, width, channels)`
@@ -52,16 +49,15 @@ class CapsNet(CapsuleClassifier):
         num_classes: Integer, the number of classes. Defaults to `10`.
         routing_iterations: Integer, the routing iterations of DigitCaps.
             Defaults to `3`.
-        leaky_routing: Boolean, DigitCaps' leaky routing (see
-            `ops.dynamic_routing`). Defaults to `False`.
+        leaky_routing: Boolean, DigitCaps' leaky routing. Defaults to
+            `False`.
         stop_gradient: Boolean, whether gradients reach the votes only
             through the last routing iteration. Defaults to `False`.
         routing_bias: Boolean, whether DigitCaps adds a learned bias
             before the squash (its `use_bias`; the official code has one).
             Defaults to `False`.
         conv_filters: Integer, the filters of Conv1. Defaults to `256`.
-        conv_kernel_size: Integer, the kernel size of Conv1. Defaults to
-            `9`.
+        conv_kernel_size: Integer, its kernel size. Defaults to `9`.
         num_primary_capsules: Integer, the capsule types of PrimaryCaps.
             Defaults to `32`.
         primary_capsule_dim: Integer, their dimension. Defaults to `8`.
@@ -69,13 +65,18 @@ class CapsNet(CapsuleClassifier):
         primary_strides: Integer, its strides. Defaults to `2`.
         capsule_dim: Integer, the dimension of the class capsules.
             Defaults to `16`.
-        decoder_units: Tuple of integers, the hidden layer sizes of the
-            decoder, or `None` for no decoder. Defaults to `(512, 1024)`.
+        decoder_units: Tuple of integers, the decoder's hidden sizes, or
+            `None` for no decoder. Defaults to `(512, 1024)`.
         reconstruction_weight: Float, the weight of the reconstruction
             loss. Defaults to `0.0005`.
         num_objects: Integer, the objects (digits) in each image: `1`, or
             `2` for MultiMNIST. Defaults to `1`.
         **kwargs: Keyword arguments of `keras.Model`, such as `name`.
+
+    Returns:
+        Called on images `(batch_size, height, width, channels)` in
+        `[0, 1]`: class-capsule lengths `(batch_size, num_classes)`.
+
 
     Example:
 

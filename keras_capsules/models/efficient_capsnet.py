@@ -173,6 +173,11 @@ class EfficientCapsNet(CapsuleClassifier, architectures=_ARCHITECTURES):
             `2` for MultiMNIST. Defaults to `1`.
         **kwargs: Keyword arguments of `keras.Model`, such as `name`.
 
+    Returns:
+        Called on images `(batch_size, height, width, channels)` in
+        `[0, 1]`: class-capsule lengths `(batch_size, num_classes)`.
+
+
     Example:
 
     >>> import numpy as np

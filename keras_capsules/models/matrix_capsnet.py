@@ -113,6 +113,11 @@ class MatrixCapsNet(CapsuleModel, architectures=_ARCHITECTURES):
             Defaults to `"default"`.
         **kwargs: Keyword arguments of `keras.Model`, such as `name`.
 
+    Returns:
+        Called on images `(batch_size, height, width, channels)`: class
+        activations `(batch_size, num_classes)`.
+
+
     The capitals `A`, `B`, `C`, `D` are the paper's own symbols.
     `MatrixCapsNet.presets` lists the architectures `"full"`, `"small"`
     and `"tiny"` and the trained `"matrix_capsnet_small_mnist"`.
