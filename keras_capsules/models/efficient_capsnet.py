@@ -59,8 +59,15 @@ _ARCHITECTURES = {
 _ACTIVATIONS = ("relu", "leaky_relu")
 _NORMALIZATIONS = ("batch", "instance")
 _DECODER_TYPES = ("dense", "convolutional")
-# The authors' epochs: 60,000 images at batch 16.
-_AUTHORS_STEPS_PER_EPOCH = 3750
+# The authors' learning rate: 5e-4 times 0.97 after every epoch of 60,000
+# images at batch 16 (3,750 steps), down to 5e-5, one rate per epoch.
+_AUTHORS_RATES = [5e-4]
+while _AUTHORS_RATES[-1] * 0.97 > 5e-5:
+    _AUTHORS_RATES.append(5e-4 * 0.97 ** len(_AUTHORS_RATES))
+_AUTHORS_RATES = tuple(_AUTHORS_RATES) + (5e-5,)
+_AUTHORS_BOUNDARIES = tuple(
+    3750 * epoch for epoch in range(1, len(_AUTHORS_RATES))
+)
 # The hidden layers of the dense decoder (Sabour et al.'s).
 _DENSE_DECODER_UNITS = (512, 1024)
 
@@ -378,15 +385,9 @@ class EfficientCapsNet(CapsuleClassifier, architectures=_ARCHITECTURES):
         Returns:
             A `keras.optimizers.Adam`.
         """
-        steps_per_epoch = _AUTHORS_STEPS_PER_EPOCH
-        rates = [5e-4]
-        while rates[-1] * 0.97 > 5e-5:
-            rates.append(5e-4 * 0.97 ** len(rates))
-        rates.append(5e-5)
-        boundaries = [steps_per_epoch * epoch for epoch in range(1, len(rates))]
         return keras.optimizers.Adam(
             learning_rate=keras.optimizers.schedules.PiecewiseConstantDecay(
-                boundaries, rates
+                list(_AUTHORS_BOUNDARIES), list(_AUTHORS_RATES)
             )
         )
 
