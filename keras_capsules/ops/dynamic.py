@@ -109,24 +109,37 @@ def dynamic_routing(
         )
 
     frozen_votes = ops.stop_gradient(votes) if stop_gradient else votes
-    # b = 0 for every example (Procedure 1, line 2).
-    logits = ops.zeros_like(votes[..., 0])
+    # b = 0 for every example (Procedure 1, line 2), so the first coupling
+    # is uniform: 1 / num_out, or 1 / (num_out + 1) beside the leak. It is
+    # applied as a scale rather than as the softmax of a zero tensor, which
+    # XLA would build and fold as a batch-sized constant at compile time.
+    num_out = votes.shape[-2]
+    if num_out is None:
+        num_out = ops.cast(ops.shape(votes)[-2], compute_dtype)
+    share = 1.0 / (num_out + int(leaky_routing))
+    logits = coupling = None
     for iteration in range(routing_iterations):
         is_last = iteration == routing_iterations - 1
-        coupling = _coupling_coefficients(logits, leaky_routing)
         step_votes = votes if is_last else frozen_votes
-        preactivation = ops.einsum("...io,...iod->...od", coupling, step_votes)
+        if logits is None:
+            preactivation = ops.sum(step_votes, axis=-3) * share
+        else:
+            coupling = _coupling_coefficients(logits, leaky_routing)
+            preactivation = ops.einsum(
+                "...io,...iod->...od", coupling, step_votes
+            )
         if bias is not None:
             preactivation = preactivation + bias
         outputs = squash(preactivation)
         if not is_last:
-            logits = logits + ops.einsum(
-                "...iod,...od->...io", frozen_votes, outputs
-            )
+            agreement = ops.einsum("...iod,...od->...io", frozen_votes, outputs)
+            logits = agreement if logits is None else logits + agreement
     outputs = ops.cast(outputs, dtype)
-    if return_coupling:
-        return outputs, ops.cast(coupling, dtype)
-    return outputs
+    if not return_coupling:
+        return outputs
+    if coupling is None:
+        coupling = ops.ones_like(votes[..., 0]) * share
+    return outputs, ops.cast(coupling, dtype)
 
 
 def _coupling_coefficients(logits, leaky_routing):
