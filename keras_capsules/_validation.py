@@ -60,6 +60,21 @@ def check_int(value, name, minimum=0, allow_none=False, owner=None):
     return int(value)
 
 
+def check_axis(axis, rank, name="axis"):
+    """Returns `axis` as a non-negative int; raises unless it is an axis
+    of a tensor of rank `rank`, `-rank <= axis < rank`."""
+    if not _is_int(axis):
+        raise TypeError(
+            f"Argument {name} must be an integer. Received: {name}={axis!r}"
+        )
+    if not -rank <= axis < rank:
+        raise ValueError(
+            f"Argument {name} must be an axis of the input, of rank {rank}: "
+            f"an integer in [{-rank}, {rank - 1}]. Received: {name}={axis}"
+        )
+    return int(axis) % rank
+
+
 def check_bool(value, name, allow_none=False, owner=None):
     """Returns `value`; raises `TypeError` unless it is a bool (or None)."""
     if value is None and allow_none:

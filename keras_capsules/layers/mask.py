@@ -97,11 +97,17 @@ class Mask(keras.layers.Layer):
         self.compute_output_shape(input_shape)
 
     def call(self, inputs):
+        # Checked on every call, not only when built: a built layer takes
+        # tensors of any shape.
         if isinstance(inputs, (list, tuple)):
             capsules, labels = inputs
+            self.compute_output_shape(
+                [tuple(capsules.shape), tuple(labels.shape)]
+            )
             mask = ops.cast(labels, capsules.dtype)
         else:
             capsules = inputs
+            self.compute_output_shape(tuple(capsules.shape))
             num_capsules = capsules.shape[1]
             squared_lengths = ops.sum(
                 ops.square(ops.cast(capsules, "float32")), axis=-1

@@ -10,6 +10,8 @@ from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_int
 from keras_capsules._validation import check_option
 from keras_capsules.models import _presets as presets
+from keras_capsules.models._images import mask_non_finite
+from keras_capsules.models._images import standardize as standardize_images
 from keras_capsules.ops._backend import resolve_jit_compile
 
 
@@ -67,6 +69,13 @@ class CapsuleModel(keras.Model):
             cls._architectures = types.MappingProxyType(dict(architectures))
 
     presets = _ClassProperty(_list_presets)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # `call` checks the images. Keras's own check of the input spec
+        # fails with an unhelpful error on a tensor of unknown rank, which
+        # TensorFlow traces after images of another rank.
+        self.input_spec = None
 
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
@@ -195,6 +204,15 @@ class CapsuleModel(keras.Model):
             jit_compile=jit_compile,
             **kwargs,
         )
+
+    def call(self, inputs, training=None, mask=None):
+        # Before `Functional.call`, which casts the inputs to the float
+        # dtype of the graph's `Input` (see `_images`).
+        images = standardize_images(
+            inputs, self.image_shape, type(self).__name__
+        )
+        outputs = super().call(images, training=training, mask=mask)
+        return mask_non_finite(images, outputs)
 
     def default_optimizer(self, total_steps=None):
         """The optimizer of `compile(optimizer="auto")`."""

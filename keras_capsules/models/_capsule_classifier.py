@@ -10,6 +10,7 @@ from keras_capsules.layers.mask import Mask
 from keras_capsules.losses.margin_loss import MarginLoss
 from keras_capsules.metrics.top_k_exact_match import TopKExactMatch
 from keras_capsules.models._base import CapsuleModel
+from keras_capsules.models._images import standardize as standardize_images
 
 
 class CapsuleClassifier(CapsuleModel):
@@ -128,6 +129,8 @@ class CapsuleClassifier(CapsuleModel):
                 sample_weight=sample_weight,
                 training=training,
             )
+        # The reconstruction targets are the images the encoder sees.
+        x = standardize_images(x, self.image_shape, type(self).__name__)
         capsules = self.class_capsules(x, training=training)
         # The compiled loss is taken on the lengths of these capsules, equal
         # to `y_pred`, so that a single backward pass through the encoder
@@ -271,10 +274,13 @@ class CapsuleClassifier(CapsuleModel):
             channels)` for labels of rank 3.
 
         Raises:
-            ValueError: If the model was built without a decoder.
+            ValueError: If the model was built without a decoder, or if
+                `y` is not of the shape above.
         """
         self._check_decoder()
-        return self._decode(ops.convert_to_tensor(capsules), y, False)
+        return self._decode(
+            ops.convert_to_tensor(capsules), self._check_labels(y), False
+        )
 
     def _check_decoder(self):
         if self.decoder is None:
@@ -283,6 +289,17 @@ class CapsuleClassifier(CapsuleModel):
                 f"This {type(self).__name__} has no decoder to reconstruct "
                 f"with. Build it with {name} set. Received: {name}=None"
             )
+
+    def _check_labels(self, y):
+        y = ops.convert_to_tensor(y)
+        if len(y.shape) not in (2, 3) or y.shape[-1] != self.num_classes:
+            raise ValueError(
+                "Argument y must hold labels of shape (batch_size, "
+                f"num_classes) or (batch_size, K, num_classes), with "
+                f"num_classes={self.num_classes}. Received: "
+                f"y.shape={tuple(y.shape)}"
+            )
+        return y
 
     def reconstruct(self, x, y=None):
         """Reconstructs images from their class capsules.
@@ -309,9 +326,14 @@ class CapsuleClassifier(CapsuleModel):
             or, without labels, when `num_objects=K > 1`.
 
         Raises:
-            ValueError: If the model was built without a decoder.
+            ValueError: If the model was built without a decoder, if `y`
+                is not of the shape above, or if `x` is not of the
+                model's image shape.
+            TypeError: If `x` is neither float nor `uint8` images.
         """
         self._check_decoder()
+        if y is not None:
+            y = self._check_labels(y)
         capsules = self.class_capsules(x)
         if y is not None:
             return self._decode(capsules, y, False)

@@ -5,6 +5,7 @@ import keras
 from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_image_size
+from keras_capsules._validation import check_int
 from keras_capsules._validation import check_int_tuple
 from keras_capsules._validation import check_no_input_shape
 from keras_capsules._validation import check_non_negative_number
@@ -15,6 +16,8 @@ from keras_capsules.layers.length import Length
 from keras_capsules.layers.primary_caps import PrimaryCaps
 from keras_capsules.models._capsule_classifier import CapsuleClassifier
 from keras_capsules.models._decoders import dense_decoder
+from keras_capsules.models._images import mask_non_finite
+from keras_capsules.models._images import standardize as standardize_images
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -241,29 +244,47 @@ class CapsNet(CapsuleClassifier):
             call on the whole of `x`: pass batches of a size that fits in
             memory.
         """
-        features = self.conv1(x, training=training)
+        images = standardize_images(x, self.image_shape, type(self).__name__)
+        features = self.conv1(images, training=training)
         primary = self.primary_caps(features, training=training)
-        return self.digit_caps(primary, training=training)
+        capsules = self.digit_caps(primary, training=training)
+        return mask_non_finite(images, capsules)
 
     def default_optimizer(self, total_steps=None):
-        """The optimizer of `compile(optimizer="auto")`: the paper's Adam.
+        """The optimizer of `compile(optimizer="auto")`: Adam at 1e-3.
+
+        The learning rate depends on whether the run's length is known:
+
+        - with `total_steps`, 1e-3 decayed to zero over the run by a
+          cosine, `keras.optimizers.schedules.CosineDecay(1e-3,
+          total_steps)`: for runs of tens of epochs, where the official
+          decay has barely begun (docs/design/default_training_settings.md);
+        - without, the official code's 1e-3 decayed continuously by 0.96
+          every 2,000 steps, `keras.optimizers.schedules.ExponentialDecay(
+          1e-3, decay_steps=2000, decay_rate=0.96)`.
 
         Args:
             total_steps: Optional positive integer, the training steps of
-                the run. The schedule does not depend on the run's length,
-                so it is not used. Defaults to `None`.
+                the run. Defaults to `None`.
 
         Returns:
-            `keras.optimizers.Adam` with a learning rate of 1e-3 decayed by
-            0.96 every 2000 steps, continuously, as the official code
-            (`keras.optimizers.schedules.ExponentialDecay(1e-3,
-            decay_steps=2000, decay_rate=0.96)`).
+            A `keras.optimizers.Adam`.
+
+        Raises:
+            ValueError: If `total_steps` is not a positive integer.
         """
-        return keras.optimizers.Adam(
-            learning_rate=keras.optimizers.schedules.ExponentialDecay(
+        total_steps = check_int(
+            total_steps, "total_steps", minimum=1, allow_none=True
+        )
+        if total_steps is None:
+            learning_rate = keras.optimizers.schedules.ExponentialDecay(
                 1e-3, decay_steps=2000, decay_rate=0.96
             )
-        )
+        else:
+            learning_rate = keras.optimizers.schedules.CosineDecay(
+                1e-3, total_steps
+            )
+        return keras.optimizers.Adam(learning_rate)
 
     def get_config(self):
         return {

@@ -18,6 +18,8 @@ from keras_capsules.models._capsule_classifier import CapsuleClassifier
 from keras_capsules.models._decoders import CONVOLUTIONAL_DECODER_SIZE
 from keras_capsules.models._decoders import convolutional_decoder
 from keras_capsules.models._decoders import dense_decoder
+from keras_capsules.models._images import mask_non_finite
+from keras_capsules.models._images import standardize as standardize_images
 from keras_capsules.models._reference_weights import from_reference_weights
 from keras_capsules.ops.squash import FORMS
 
@@ -364,10 +366,13 @@ class EfficientCapsNet(CapsuleClassifier, architectures=_ARCHITECTURES):
             `keras_capsules.models`, one direct call on the whole of `x`:
             pass batches of a size that fits in memory.
         """
+        images = standardize_images(x, self.image_shape, type(self).__name__)
+        x = images
         for layer in self.features:
             x = layer(x, training=training)
         primary = self.primary_caps(x, training=training)
-        return self.digit_caps(primary, training=training)
+        capsules = self.digit_caps(primary, training=training)
+        return mask_non_finite(images, capsules)
 
     def default_optimizer(self, total_steps=None):
         """The optimizer of `compile(optimizer="auto")`: the authors' Adam.

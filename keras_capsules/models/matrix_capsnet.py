@@ -15,6 +15,8 @@ from keras_capsules.layers.em_conv_caps import EMConvCaps
 from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps
 from keras_capsules.losses.spread_loss import SpreadLoss
 from keras_capsules.models._base import CapsuleModel
+from keras_capsules.models._images import mask_non_finite
+from keras_capsules.models._images import standardize as standardize_images
 from keras_capsules.ops.em import OFFICIAL_EM_CLASS_OPTIONS
 from keras_capsules.ops.em import OFFICIAL_EM_OPTIONS
 
@@ -367,12 +369,12 @@ class MatrixCapsNet(CapsuleModel, architectures=_ARCHITECTURES):
             direct call on the whole of `x`: pass batches of a size that
             fits in memory.
         """
-        x = self.conv1(x, training=training)
+        images = standardize_images(x, self.image_shape, type(self).__name__)
+        x = self.conv1(images, training=training)
         x = self.primary_caps(x, training=training)
         x = self.conv_caps1(x, training=training)
         x = self.conv_caps2(x, training=training)
-        poses, activations = self.class_caps(x, training=training)
-        return poses, activations
+        return mask_non_finite(images, self.class_caps(x, training=training))
 
     def get_config(self):
         return {

@@ -4,6 +4,7 @@ Sabour et al. (2017) and the exponential form of Mazzia et al. (2021)."""
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_axis
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_number
 from keras_capsules.ops._dtypes import compute_dtypes
@@ -57,8 +58,10 @@ def squash(x, axis=-1, offset=1.0, squash_form="rational"):
         `[0, 1)`.
 
     Raises:
-        ValueError: If `offset` is not a positive number or `squash_form`
-            is not one of the two names above.
+        ValueError: If `offset` is not a positive number, `squash_form`
+            is not one of the two names above, or `axis` is not an axis of
+            `x`.
+        TypeError: If `axis` is not an integer.
 
     Example:
 
@@ -72,6 +75,7 @@ def squash(x, axis=-1, offset=1.0, squash_form="rational"):
     offset = check_positive_number(offset, "offset")
     check_option(squash_form, "squash_form", FORMS)
     x = ops.convert_to_tensor(x)
+    check_axis(axis, len(x.shape))
     dtype, compute_dtype = compute_dtypes(x)
     x = ops.cast(x, compute_dtype)
     squared_norm = ops.sum(ops.square(x), axis=axis, keepdims=True)

@@ -199,3 +199,15 @@ class MaskTest(TestCase):
                 first_kernel, keras.ops.convert_to_numpy(model.weights[0])
             )
         )
+
+    def test_a_built_layer_checks_the_labels_of_every_call(self):
+        layer = Mask()
+        capsules = np.ones((2, 10, 16), "float32")
+        layer([capsules, np.eye(10, dtype="float32")[[1, 2]]])
+        with self.assertRaisesRegex(
+            ValueError,
+            r"labels of shape \(batch_size, num_capsules\) = "
+            r"\(batch_size, 10\).*Received: input_shape=\[\(2, 10, 16\), "
+            r"\(2, 5\)\]",
+        ):
+            layer([capsules, np.eye(5, dtype="float32")[[1, 2]]])

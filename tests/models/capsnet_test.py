@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -33,6 +34,13 @@ SMALL_CONFIG = {
     "decoder_units": (16,),
     "reconstruction_weight": 0.01,
 }
+
+
+def _schedule(optimizer):
+    """The learning-rate schedule of `optimizer`, rebuilt from its config."""
+    return keras.optimizers.schedules.deserialize(
+        optimizer.get_config()["learning_rate"]
+    )
 
 
 def _data(batch=8, seed=0):
@@ -112,6 +120,43 @@ class CapsNetTest(TestCase):
         self.assertTrue(np.all((lengths >= 0) & (lengths < 1)))
         self.assertEqual(tuple(model.reconstruct(x).shape), x.shape)
         self.assertEqual(tuple(model.reconstruct(x, y).shape), x.shape)
+
+    def test_reconstruct_checks_the_label_width(self):
+        model = CapsNet(**SMALL_CONFIG)
+        x, _ = _data(2)
+        for labels in (np.eye(5)[[0, 1]], np.ones((2,))):
+            with self.assertRaisesRegex(
+                ValueError,
+                r"y must hold labels of shape \(batch_size, num_classes\) "
+                r"or \(batch_size, K, num_classes\), with num_classes=4\. "
+                rf"Received: y\.shape={re.escape(str(labels.shape))}$",
+            ):
+                model.reconstruct(x, labels)
+        with self.assertRaisesRegex(ValueError, r"Received: y\.shape"):
+            model.decode(model.class_capsules(x), np.eye(5)[[0, 1]])
+
+    def test_default_optimizer_follows_the_run_length(self):
+        model = CapsNet(**SMALL_CONFIG)
+        schedules = keras.optimizers.schedules
+        unknown = _schedule(model.default_optimizer())
+        self.assertIsInstance(unknown, schedules.ExponentialDecay)
+        self.assertEqual(
+            (
+                unknown.initial_learning_rate,
+                unknown.decay_steps,
+                unknown.decay_rate,
+            ),
+            (1e-3, 2000, 0.96),
+        )
+        known = _schedule(model.default_optimizer(total_steps=100))
+        self.assertIsInstance(known, schedules.CosineDecay)
+        self.assertEqual(
+            (known.initial_learning_rate, known.decay_steps, known.alpha),
+            (1e-3, 100, 0.0),
+        )
+        self.assertAllClose(float(known(100)), 0.0)
+        with self.assertRaisesRegex(ValueError, r"Received: total_steps=0$"):
+            model.default_optimizer(total_steps=0)
 
     def test_reconstruct(self):
         model = CapsNet(**SMALL_CONFIG)

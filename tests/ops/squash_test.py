@@ -184,3 +184,18 @@ class SquashTest(TestCase):
             rf"Received: offset={offset}$",
         ):
             squash(np.ones((2, 3), dtype="float32"), offset=offset)
+
+    @parameterized.named_parameters(("too_large", 2), ("too_small", -3))
+    def test_axis_outside_the_rank_raises(self, axis):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"axis must be an axis of the input, of rank 2: an integer in "
+            rf"\[-2, 1\]\. Received: axis={axis}$",
+        ):
+            squash(np.ones((2, 3), dtype="float32"), axis=axis)
+
+    def test_axis_must_be_an_integer(self):
+        with self.assertRaisesRegex(
+            TypeError, r"axis must be an integer\. Received: axis=1\.0$"
+        ):
+            squash(np.ones((2, 3), dtype="float32"), axis=1.0)
