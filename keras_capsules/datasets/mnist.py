@@ -18,6 +18,7 @@ import keras
 import numpy as np
 
 from keras_capsules._validation import check_bool
+from keras_capsules._validation import check_image_values
 from keras_capsules._validation import check_int
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_path
@@ -254,8 +255,9 @@ class ShiftedDigits(keras.utils.PyDataset):
             `keras.utils.PyDataset`.
 
     Raises:
-        ValueError: If `x` is not of rank 4, `y` does not hold one row per
-            image, or another argument is out of its range.
+        ValueError: If `x` is not of rank 4 or holds NaN or an infinity,
+            `y` does not hold one row per image, or another argument is out
+            of its range.
 
     Example:
 
@@ -283,7 +285,9 @@ class ShiftedDigits(keras.utils.PyDataset):
                 f"`{owner}`: argument `y` must hold one label per image of "
                 f"x ({len(x)}). Received: y.shape={y.shape}"
             )
-        self.x, self.y = x, y
+        # A NaN pixel would otherwise surface only as a NaN loss in fit.
+        self.x = check_image_values(x, "x", owner=owner)
+        self.y = y
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)
         self.seed = check_int(seed, "seed", owner=owner)
         self.max_shift = check_int(max_shift, "max_shift", owner=owner)

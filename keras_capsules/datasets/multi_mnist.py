@@ -22,6 +22,7 @@ digit alone in the canvas (the reconstruction targets), the form that
 import numpy as np
 
 from keras_capsules._validation import check_bool
+from keras_capsules._validation import check_image_values
 from keras_capsules._validation import check_int
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_path
@@ -90,8 +91,10 @@ def make_pairs(
 
     Raises:
         ValueError: If an argument is out of range (`seed` included), if
-            the shapes of `images` and `labels` disagree, or if the labels
-            hold fewer than two classes or other than 10 one-hot columns.
+            `images` holds NaN, an infinity or a value outside `[0, 255]`
+            (integer dtypes) or `[0, 1]` (float dtypes), if the shapes of
+            `images` and `labels` disagree, or if the labels hold fewer
+            than two classes or other than 10 one-hot columns.
 
     Example:
 
@@ -362,9 +365,13 @@ def _check_data(images, labels, fn):
             f"`{fn}`: argument `images` must have shape (N, H, W) or "
             f"(N, H, W, 1). Received: images.shape={images.shape}"
         )
+    # The overlay clips at 1, so pixels of another scale would saturate
+    # into plausible-looking pairs of the wrong data.
     if np.issubdtype(images.dtype, np.integer):
+        check_image_values(images, "images", owner=fn, value_range=(0, 255))
         images = images.astype("float32") / np.float32(255.0)
     else:
+        check_image_values(images, "images", owner=fn, value_range=(0, 1))
         images = images.astype("float32")
     if labels.ndim == 2 and labels.shape[-1] == NUM_CLASSES:
         labels = labels.argmax(axis=-1)

@@ -12,6 +12,7 @@ from absl.testing import parameterized
 
 from keras_capsules import testing
 from keras_capsules.datasets import mnist
+from tests import non_finite
 from tests.datasets import helpers
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -330,6 +331,17 @@ class ShiftedDigitsTest(testing.TestCase):
         arguments = dict(x=np.zeros((4, 28, 28, 1)), y=np.zeros((4, 10)))
         with self.assertRaisesRegex(ValueError, pattern):
             mnist.ShiftedDigits(**{**arguments, **kwargs})
+
+    def test_rejects_non_finite_images(self):
+        x, y = mnist.load_sample("test")
+        for case, bad in non_finite.non_finite_images(x[:4]).items():
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    r"^`mnist.ShiftedDigits`: argument `x` must hold finite "
+                    r"values.*Received: x" + non_finite.RECEIVED[case],
+                ):
+                    mnist.ShiftedDigits(bad, y[:4])
 
 
 class LoadTest(testing.TestCase):

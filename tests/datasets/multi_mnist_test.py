@@ -9,6 +9,7 @@ import pytest
 from absl.testing import parameterized
 
 from keras_capsules.datasets import multi_mnist
+from tests import non_finite
 
 
 def _boxes(num_images=200):
@@ -139,6 +140,38 @@ class MakePairsTest(parameterized.TestCase):
         arguments.update(kwargs)
         with self.assertRaisesRegex(ValueError, pattern):
             multi_mnist.make_pairs(**arguments)
+
+    def test_rejects_non_finite_images(self):
+        images, labels = _boxes(30)
+        for case, bad in non_finite.non_finite_images(images).items():
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    r"^`multi_mnist.make_pairs`: argument `images` must hold "
+                    r"finite values.*Received: images"
+                    + non_finite.RECEIVED[case],
+                ):
+                    multi_mnist.make_pairs(bad, labels, 4)
+
+    def test_rejects_values_out_of_range(self):
+        images, labels = _boxes(30)
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`images` must hold values in \[0, 1\] \(images of 0\.\.255 "
+            r"values: divide them by 255\)\. "
+            r"Received: images\.min\(\)=0\.0, images\.max\(\)=255\.0$",
+        ):
+            multi_mnist.make_pairs(images * 255.0, labels, 4)
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`images` must hold values in \[0, 255\]\. "
+            r"Received: images\.min\(\)=-1, images\.max\(\)=1$",
+        ):
+            multi_mnist.make_pairs(images.astype("int64") * 2 - 1, labels, 4)
+        # The ends of both ranges are valid.
+        for valid in (images, (images * 255).astype("int64")):
+            x, _ = multi_mnist.make_pairs(valid, labels, 4)
+            self.assertEqual(x.max(), 1.0)
 
     def test_seed_must_be_a_non_negative_int(self):
         images, labels = _boxes(30)
