@@ -161,17 +161,20 @@ def load(
     manual_dir=None,
     data_dir=None,
     drop_remainder=False,
+    *,
+    download=True,
 ):
     """Streams MultiMNIST pairs as a batched `tf.data.Dataset`.
 
     The pairs are generated on the fly from the MNIST split (read by
     `mnist.load_arrays`, from the original files in `manual_dir` or from
-    TensorFlow Datasets), with the procedure of `make_pairs` written in
-    TensorFlow ops, batch by batch. The draws are deterministic for a fixed
-    `seed` but are not the draws of `make_pairs` with the same seed. The
-    training split draws new pairs every epoch; the test split draws the
-    same pairs at every iteration, so that evaluations compare. Keras `fit`
-    accepts the result on every backend.
+    TensorFlow Datasets, which downloads MNIST on first use), with the
+    procedure of `make_pairs` written in TensorFlow ops, batch by batch.
+    The draws are deterministic for a fixed `seed` but are not the draws
+    of `make_pairs` with the same seed. The training split draws new pairs
+    every epoch; the test split draws the same pairs at every iteration,
+    so that evaluations compare. Keras `fit` accepts the result on every
+    backend.
 
     Args:
         split: `"train"` or `"test"`. Defaults to `"train"`.
@@ -190,10 +193,14 @@ def load(
             Defaults to `"sum"`.
         manual_dir: Optional folder with the original MNIST idx files.
             Defaults to `None`.
-        data_dir: TFDS data directory holding the prepared `mnist`
-            dataset, used when `manual_dir` is `None`. Defaults to `None`.
+        data_dir: TFDS data directory holding (or receiving) the prepared
+            `mnist` dataset, used when `manual_dir` is `None`. Defaults to
+            `None`.
         drop_remainder: Whether to drop the last batch when it is smaller
             than `batch_size`. Defaults to `False`.
+        download: Keyword-only bool. Without `manual_dir`, whether TFDS
+            may download MNIST when it is not prepared in `data_dir`, as
+            in `mnist.load_arrays`. Defaults to `True`.
 
     Returns:
         A `tf.data.Dataset` of `(x, y)` batches with the shapes and dtypes
@@ -202,8 +209,11 @@ def load(
     Raises:
         ValueError: If an argument has an invalid value.
         TypeError: If an argument has the wrong type.
-        FileNotFoundError: If MNIST cannot be found (see
-            `mnist.load_arrays`).
+        FileNotFoundError: If MNIST cannot be found without downloading
+            (see `mnist.load_arrays`).
+        OSError: If, without `manual_dir`, the download of MNIST fails
+            (offline, for example); the message says how to pass
+            `manual_dir`.
         ImportError: If TensorFlow is not installed.
 
     Example:
@@ -230,9 +240,10 @@ def load(
     check_path(manual_dir, "manual_dir", owner=fn)
     check_path(data_dir, "data_dir", owner=fn)
     check_bool(drop_remainder, "drop_remainder", owner=fn)
+    check_bool(download, "download", owner=fn)
     tf = _common.import_tensorflow(fn)
     images, labels = mnist.load_arrays(
-        split, manual_dir=manual_dir, data_dir=data_dir
+        split, manual_dir=manual_dir, data_dir=data_dir, download=download
     )
     training = split == "train"
     if seed is None and not training:

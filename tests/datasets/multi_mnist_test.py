@@ -259,3 +259,16 @@ class LoadTest(parameterized.TestCase):
             multi_mnist.load(max_shift=9, manual_dir="/nonexistent")
         with self.assertRaisesRegex(FileNotFoundError, r"lacks"):
             multi_mnist.load(manual_dir=self._temp_dir())
+        with self.assertRaisesRegex(
+            TypeError, r"`download` must be a boolean\. Received: download=1$"
+        ):
+            multi_mnist.load(download=1)
+
+    def test_download_false_without_manual_dir_raises(self):
+        pytest.importorskip("tensorflow_datasets")
+        with self.assertRaisesRegex(
+            FileNotFoundError,
+            r"^`mnist.load_arrays`: MNIST is not prepared .*Pass "
+            r"`manual_dir`.*Received: manual_dir=None, download=False$",
+        ):
+            multi_mnist.load(data_dir=self._temp_dir(), download=False)
