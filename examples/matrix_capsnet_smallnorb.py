@@ -18,8 +18,9 @@ that the loaded model predicts the same.
 without it, TensorFlow Datasets downloads smallNORB (about 260 MB) into
 `~/tensorflow_datasets` on the first run. The `tf.data` pipeline needs
 TensorFlow. The paper trains the full network for tens of epochs, a GPU
-run; no smallNORB accuracy of this package has been measured yet. `--smoke` takes a few steps of a tiny network on random images,
-in under a minute on a 2-core CPU, to check that everything runs.
+run; no smallNORB accuracy of this package has been measured yet.
+`--smoke` takes a few steps of a tiny network on random images, in under a
+minute on a 2-core CPU, to check that everything runs.
 
 Usage:
     python examples/matrix_capsnet_smallnorb.py --data-dir path/to/smallnorb

@@ -358,9 +358,9 @@ def load(
     download fails (after TFDS's retries, minutes) with an `OSError` that
     says how to pass `manual_dir`, and `download=False` forbids it. With
     `manual_dir`, nothing is downloaded: the dataset is built offline from
-    the four original `.gz` idx files found there (TFDS checks their sizes
-    and checksums, which this function compares first so that wrong or
-    missing files fail at once) and stored in `data_dir` for later calls.
+    the four original `.gz` idx files found there (TFDS checks their
+    checksums; their names and sizes are checked first, so that missing or
+    wrong files fail at once) and stored in `data_dir` for later calls.
 
     For training, images are shuffled and augmented as in the paper: each
     image is shifted by a random integer number of pixels, up to 2 in each
