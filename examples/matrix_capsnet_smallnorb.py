@@ -14,14 +14,17 @@ over the first half of the run, as in the paper. It prints the test
 accuracy, saves `matrix_capsnet_smallnorb.keras`, loads it back and checks
 that the loaded model predicts the same.
 
-`--data-dir` is a folder with the six original smallNORB `.mat.gz` files (needs
-TensorFlow for the `tf.data` pipeline). The paper trains the full network for
-tens of epochs, a GPU run; no smallNORB accuracy of this package has been
-measured yet. `--smoke` takes a few steps of a tiny network on random images,
-in under a minute on a 2-core CPU, to check that everything runs.
+`--data-dir` is a folder with the six original smallNORB `.mat.gz` files;
+without it, TensorFlow Datasets downloads smallNORB (about 260 MB) into
+`~/tensorflow_datasets` on the first run. The `tf.data` pipeline needs
+TensorFlow. The paper trains the full network for tens of epochs, a GPU
+run; no smallNORB accuracy of this package has been measured yet.
+`--smoke` takes a few steps of a tiny network on random images, in under a
+minute on a 2-core CPU, to check that everything runs.
 
 Usage:
     python examples/matrix_capsnet_smallnorb.py --data-dir path/to/smallnorb
+    python examples/matrix_capsnet_smallnorb.py  # downloads smallNORB
     python examples/matrix_capsnet_smallnorb.py --smoke
 
 Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
@@ -36,7 +39,9 @@ import numpy as np
 import keras_capsules
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--data-dir", help="Folder with the smallNORB files.")
+parser.add_argument(
+    "--data-dir", help="Folder with the smallNORB files; default: download."
+)
 parser.add_argument("--epochs", type=int, default=50)
 parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument(
@@ -44,8 +49,6 @@ parser.add_argument(
 )
 parser.add_argument("--smoke", action="store_true", help="Two tiny steps.")
 args = parser.parse_args()
-if args.data_dir is None and not args.smoke:
-    parser.error("give --data-dir (the smallNORB files) or --smoke")
 print(f"Keras {keras.__version__}, backend: {keras.backend.backend()}")
 keras.utils.set_random_seed(0)
 

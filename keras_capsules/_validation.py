@@ -133,6 +133,43 @@ def check_positive_number(value, name, allow_none=False):
     return float(value)
 
 
+def check_image_values(images, name, owner=None, value_range=None):
+    """Raises `ValueError` if the NumPy array `images` holds NaN or
+    +-inf, or, with `value_range=(low, high)`, a value outside it.
+
+    Integer arrays are always finite; only their range is checked. The
+    first non-finite value is named by its index, so that one bad pixel
+    in a large batch can be found.
+    """
+    images = np.asarray(images)
+    if np.issubdtype(images.dtype, np.inexact):
+        finite = np.isfinite(images)
+        if not finite.all():
+            # argmin of the mask is the flat index of the first False.
+            index = np.unravel_index(np.argmin(finite), finite.shape)
+            where = ", ".join(str(int(i)) for i in index)
+            raise ValueError(
+                f"{_subject(name, owner)} must hold finite values, but "
+                f"{images.size - int(finite.sum())} of its {images.size} "
+                f"values are NaN or infinite. "
+                f"Received: {name}[{where}]={images[index]}"
+            )
+    if value_range is None or images.size == 0:
+        return images
+    low, high = value_range
+    minimum, maximum = images.min(), images.max()
+    if minimum < low or maximum > high:
+        hint = ""
+        if (low, high) == (0, 1) and minimum >= 0 and maximum <= 255:
+            hint = " (images of 0..255 values: divide them by 255)"
+        raise ValueError(
+            f"{_subject(name, owner)} must hold values in [{low}, {high}]"
+            f"{hint}. Received: {name}.min()={minimum}, "
+            f"{name}.max()={maximum}"
+        )
+    return images
+
+
 def check_option(value, name, options, owner=None):
     """Returns `value`; raises unless it is one of the strings `options`."""
     if value not in options:

@@ -5,6 +5,7 @@ import math
 import keras
 import numpy as np
 
+from keras_capsules._validation import check_image_values
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers.em_class_caps import EMClassCaps
 from keras_capsules.layers.em_conv_caps import EMConvCaps
@@ -53,9 +54,10 @@ class CapsuleHealth(keras.callbacks.Callback):
             `predict`. Defaults to `64`.
 
     Raises:
-        ValueError: If `every_n_epochs` or `batch_size` is not a positive
-            integer, or (at the start of training) if the model is not
-            functional or has no matrix-capsule layer.
+        ValueError: If `images` holds NaN or an infinity (every statistic
+            would be NaN), if `every_n_epochs` or `batch_size` is not a
+            positive integer, or (at the start of training) if the model is
+            not functional or has no matrix-capsule layer.
 
     Example:
 
@@ -68,7 +70,7 @@ class CapsuleHealth(keras.callbacks.Callback):
 
     def __init__(self, images, every_n_epochs=1, batch_size=64):
         super().__init__()
-        self.images = np.asarray(images)
+        self.images = check_image_values(np.asarray(images), "images")
         self.every_n_epochs = check_positive_int(
             every_n_epochs, "every_n_epochs"
         )

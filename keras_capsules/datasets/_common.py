@@ -130,6 +130,40 @@ def prepare_and_load(tfds, name, builder, manual_dir, **load_kwargs):
     )
 
 
+def download_and_prepare(tfds, function_name, builder, how_to_get_files):
+    """Downloads and prepares `builder`'s dataset, as `tfds.load` does.
+
+    A prepared dataset is reused. TFDS fetches the files into the
+    builder's data directory (`~/tensorflow_datasets` unless `data_dir`
+    says otherwise) and prepares them there for later calls.
+
+    Args:
+        tfds: The `tensorflow_datasets` module.
+        function_name: Name of the public function, for the message.
+        builder: The `tfds` builder of the dataset.
+        how_to_get_files: Sentence saying which files `manual_dir` must
+            hold and where to get them, for the message.
+
+    Raises:
+        OSError: If the download or the preparation fails, for example
+            offline, with the original error as its cause.
+    """
+    if builder.is_prepared():
+        return
+    try:
+        builder.download_and_prepare()
+    except (OSError, tfds.download.DownloadError) as error:
+        # Offline, TFDS raises a `requests` ConnectionError (an OSError)
+        # after minutes of retries.
+        raise OSError(
+            f"`{function_name}`: TensorFlow Datasets could not download "
+            f"and prepare {builder.name} in {builder.data_dir_root} "
+            f"({type(error).__name__}: {error}). Without network, pass "
+            f"`manual_dir`: {how_to_get_files} "
+            "Received: manual_dir=None"
+        ) from error
+
+
 def element_seeds(tf, seed):
     """Returns an infinite dataset of stateless-op seeds of shape `(2,)`.
 

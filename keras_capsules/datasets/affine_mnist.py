@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from keras_capsules._validation import check_bool
+from keras_capsules._validation import check_image_values
 from keras_capsules._validation import check_int
 from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_positive_int
@@ -74,8 +75,8 @@ def translate(images, seed=0, canvas_size=40):
 
     Raises:
         TypeError: If `images` has a dtype other than `uint8` or float.
-        ValueError: If `images` has the wrong shape, `seed` is not an int
-            `>= 0` or `None`, or
+        ValueError: If `images` has the wrong shape or holds NaN or an
+            infinity, `seed` is not an int `>= 0` or `None`, or
             `canvas_size` is not a positive int or is smaller than the
             images.
 
@@ -190,8 +191,8 @@ def transform(
     Raises:
         TypeError: If `images` has a dtype other than `uint8` or float, or
             another argument has the wrong type.
-        ValueError: If `images` has the wrong shape or another argument an
-            invalid value.
+        ValueError: If `images` has the wrong shape or holds NaN or an
+            infinity, or another argument has an invalid value.
 
     Example:
 
@@ -290,8 +291,8 @@ def rotate(images, angles):
     Raises:
         TypeError: If `images` has a dtype other than `uint8` or float, or
             `angles` is not numeric.
-        ValueError: If `images` has the wrong shape, or `angles` has the
-            wrong shape or a non-finite value.
+        ValueError: If `images` has the wrong shape or holds NaN or an
+            infinity, or `angles` has the wrong shape or a non-finite value.
 
     Example:
 
@@ -333,6 +334,10 @@ def _check_images(images, fn):
             "or (N, height, width, 1), with a single channel. "
             f"Received: images.shape={images.shape}"
         )
+    # Bilinear sampling spreads a NaN to its neighbours, and the ink box
+    # that bounds `transform`'s translations counts NaN as ink. The range
+    # is not checked: the geometry is the same on any scale.
+    check_image_values(images, "images", owner=fn)
     has_channel = images.ndim == 4
     if has_channel:
         images = images[..., 0]

@@ -1,7 +1,8 @@
 """MNIST input pipelines for capsule networks.
 
 `load` builds the `tf.data` pipeline used to train CapsNet (Sabour et al.,
-2017) from TensorFlow Datasets, offline from the four original idx files when
+2017) from TensorFlow Datasets: downloaded on first use like
+`tfds.load("mnist")`, or built offline from the four original idx files when
 `manual_dir` is given. `load_sample` returns a small balanced subset that ships
 with the package and needs only NumPy, for tests, docs and quick experiments.
 `ShiftedDigits` feeds NumPy arrays to `fit` with the paper's random shifts on
@@ -18,6 +19,7 @@ import keras
 import numpy as np
 
 from keras_capsules._validation import check_bool
+from keras_capsules._validation import check_image_values
 from keras_capsules._validation import check_int
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_path
@@ -40,6 +42,12 @@ _ORIGINAL_SIZES = {
     "t10k-labels-idx1-ubyte.gz": 4542,
 }
 _FILES = tuple(_ORIGINAL_SIZES)
+_HOW_TO_GET_FILES = (
+    f"a folder with the four original MNIST files {', '.join(_FILES)}, "
+    "from https://storage.googleapis.com/cvdf-datasets/mnist/ (the mirror "
+    "that TensorFlow Datasets downloads from) or "
+    "http://yann.lecun.com/exdb/mnist/."
+)
 
 _SAMPLE_PATH = os.path.join(os.path.dirname(__file__), "mnist_sample.npz")
 
@@ -113,23 +121,29 @@ def read_idx(path):
     return array.reshape(shape).astype(dtype.newbyteorder("="))
 
 
-def load_arrays(split="train", manual_dir=None, data_dir=None):
+def load_arrays(
+    split="train", manual_dir=None, data_dir=None, *, download=True
+):
     """Loads a whole MNIST split as NumPy arrays of the original values.
 
     With `manual_dir`, the two idx files of the split are read from there
     (`train-*` or `t10k-*`, gzipped or not, with or without the `.gz`
     suffix) and TensorFlow is not needed. Without it, the split is read
-    from the dataset prepared by TensorFlow Datasets in `data_dir` (see
-    `load`). The generators of `multi_mnist` and `affine_mnist` start from
-    these arrays.
+    from the dataset prepared by TensorFlow Datasets in `data_dir`, which
+    TFDS downloads and prepares first if needed (see `load`). The
+    generators of `multi_mnist` and `affine_mnist` start from these arrays.
 
     Args:
         split: `"train"` or `"test"`. Defaults to `"train"`.
         manual_dir: Optional folder with the original idx files. Defaults
             to `None`.
-        data_dir: TFDS data directory holding the prepared dataset, used
-            when `manual_dir` is `None`. `None` uses the TFDS default.
-            Defaults to `None`.
+        data_dir: TFDS data directory holding (or receiving) the prepared
+            dataset, used when `manual_dir` is `None`. `None` uses the TFDS
+            default. Defaults to `None`.
+        download: Keyword-only bool. Without `manual_dir`, whether TFDS
+            may download MNIST when it is not prepared in `data_dir`;
+            `False` raises instead. Ignored with `manual_dir`, which never
+            downloads. Defaults to `True`.
 
     Returns:
         A tuple `(images, labels)`: `images` uint8 of shape `(N, 28, 28)`,
@@ -138,9 +152,12 @@ def load_arrays(split="train", manual_dir=None, data_dir=None):
 
     Raises:
         ValueError: If `split` is invalid or a file is not an idx file.
-        TypeError: If a path argument has the wrong type.
+        TypeError: If a path argument or `download` has the wrong type.
         FileNotFoundError: If `manual_dir` lacks a file of the split, or,
-            without `manual_dir`, if the dataset is not prepared.
+            without `manual_dir`, if the dataset is not prepared and
+            `download=False`.
+        OSError: If, without `manual_dir`, the download fails (offline,
+            for example); the message says how to pass `manual_dir`.
         ImportError: If, without `manual_dir`, TensorFlow or TensorFlow
             Datasets is not installed.
 
@@ -156,6 +173,7 @@ def load_arrays(split="train", manual_dir=None, data_dir=None):
     check_option(split, "split", _common.SPLITS, owner=fn)
     check_path(manual_dir, "manual_dir", owner=fn)
     check_path(data_dir, "data_dir", owner=fn)
+    check_bool(download, "download", owner=fn)
     if manual_dir is not None:
         manual_dir = os.path.expanduser(os.fspath(manual_dir))
         prefix = "train" if split == "train" else "t10k"
@@ -176,7 +194,9 @@ def load_arrays(split="train", manual_dir=None, data_dir=None):
     else:
         _common.import_tensorflow(fn)
         tfds = _common.import_tfds(fn)
-        dataset = _load_tfds(tfds, split, None, data_dir, None, False, fn=fn)
+        dataset = _load_tfds(
+            tfds, split, None, data_dir, None, False, download, fn=fn
+        )
         images, labels = dataset.batch(1 << 20).get_single_element()
         images = images.numpy()[..., 0]
         labels = labels.numpy()
@@ -254,8 +274,9 @@ class ShiftedDigits(keras.utils.PyDataset):
             `keras.utils.PyDataset`.
 
     Raises:
-        ValueError: If `x` is not of rank 4, `y` does not hold one row per
-            image, or another argument is out of its range.
+        ValueError: If `x` is not of rank 4 or holds NaN or an infinity,
+            `y` does not hold one row per image, or another argument is out
+            of its range.
 
     Example:
 
@@ -283,7 +304,9 @@ class ShiftedDigits(keras.utils.PyDataset):
                 f"`{owner}`: argument `y` must hold one label per image of "
                 f"x ({len(x)}). Received: y.shape={y.shape}"
             )
-        self.x, self.y = x, y
+        # A NaN pixel would otherwise surface only as a NaN loss in fit.
+        self.x = check_image_values(x, "x", owner=owner)
+        self.y = y
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)
         self.seed = check_int(seed, "seed", owner=owner)
         self.max_shift = check_int(max_shift, "max_shift", owner=owner)
@@ -324,16 +347,20 @@ def load(
     data_dir=None,
     seed=None,
     drop_remainder=False,
+    *,
+    download=True,
 ):
     """Loads MNIST as a batched, prefetched `tf.data.Dataset`.
 
     The data comes from TensorFlow Datasets (`tfds.load("mnist")`). Without
-    `manual_dir`, the data must already be prepared in `data_dir`; with
-    `manual_dir`, the dataset is built offline from the four original `.gz`
-    idx files found there (TFDS checks their sizes and checksums) and stored
-    in `data_dir` for later calls. Nothing is downloaded: when no data can be
-    had, a `FileNotFoundError` is raised at once instead of TFDS's minutes of
-    network retries.
+    `manual_dir`, TFDS downloads and prepares MNIST in `data_dir` on first
+    use, as `tfds.load` does, and reads that copy afterwards; offline, the
+    download fails (after TFDS's retries, minutes) with an `OSError` that
+    says how to pass `manual_dir`, and `download=False` forbids it. With
+    `manual_dir`, nothing is downloaded: the dataset is built offline from
+    the four original `.gz` idx files found there (TFDS checks their
+    checksums; their names and sizes are checked first, so that missing or
+    wrong files fail at once) and stored in `data_dir` for later calls.
 
     For training, images are shuffled and augmented as in the paper: each
     image is shifted by a random integer number of pixels, up to 2 in each
@@ -355,8 +382,8 @@ def load(
         manual_dir: Optional folder with the original
             `train-images-idx3-ubyte.gz`, `train-labels-idx1-ubyte.gz`,
             `t10k-images-idx3-ubyte.gz` and `t10k-labels-idx1-ubyte.gz`,
-            used to build the dataset offline when it is not prepared yet.
-            Defaults to `None`.
+            used to build the dataset offline, without downloading, when it
+            is not prepared yet. Defaults to `None`.
         data_dir: TFDS data directory holding (or receiving) the prepared
             dataset. `None` uses the TFDS default (`~/tensorflow_datasets`).
             Defaults to `None`.
@@ -365,6 +392,10 @@ def load(
         drop_remainder: Whether to drop the last batch when it is smaller
             than `batch_size`, giving a static batch dimension. Defaults to
             `False`.
+        download: Keyword-only bool. Without `manual_dir`, whether TFDS
+            may download MNIST when it is not prepared in `data_dir`;
+            `False` raises a `FileNotFoundError` instead, at once. Ignored
+            with `manual_dir`, which never downloads. Defaults to `True`.
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)`: `images` float32 of shape
@@ -376,15 +407,19 @@ def load(
             `manual_dir` are not the originals (their sizes differ).
         TypeError: If an argument has the wrong type.
         FileNotFoundError: If the dataset is not prepared in `data_dir` and
-            `manual_dir` is missing or lacks some of the four files.
+            `manual_dir` lacks some of the four files, or is `None` with
+            `download=False`.
+        OSError: If, without `manual_dir`, the download fails (offline,
+            for example); the message says how to pass `manual_dir`.
         ImportError: If TensorFlow or TensorFlow Datasets is not installed.
 
     Example:
 
     ```python
-    train = keras_capsules.datasets.mnist.load(
-        "train", batch_size=128, manual_dir="data/mnist", seed=0
-    )
+    # Online: TFDS downloads MNIST once into ~/tensorflow_datasets.
+    train = keras_capsules.datasets.mnist.load("train", batch_size=128, seed=0)
+    # Offline: built from the four original .gz files, never downloading.
+    test = keras_capsules.datasets.mnist.load("test", manual_dir="data/mnist")
     model.fit(train, epochs=10, shuffle=False)  # the dataset shuffles
     ```
     """
@@ -397,6 +432,7 @@ def load(
     check_path(data_dir, "data_dir", owner=fn)
     check_int(seed, "seed", allow_none=True, owner=fn)
     check_bool(drop_remainder, "drop_remainder", owner=fn)
+    check_bool(download, "download", owner=fn)
     if manual_dir is not None:
         manual_dir = os.path.expanduser(os.fspath(manual_dir))
     training = split == "train"
@@ -408,7 +444,7 @@ def load(
     tf = _common.import_tensorflow(fn)
     tfds = _common.import_tfds(fn)
     dataset = _load_tfds(
-        tfds, split, manual_dir, data_dir, seed, shuffle_buffer > 1
+        tfds, split, manual_dir, data_dir, seed, shuffle_buffer > 1, download
     )
     # The decoded uint8 split is ~47 MB: caching it spares a PNG decode of
     # every image in every epoch.
@@ -460,7 +496,14 @@ def _random_shift(tf, images, seed):
 
 
 def _load_tfds(
-    tfds, split, manual_dir, data_dir, seed, shuffle_files, fn="mnist.load"
+    tfds,
+    split,
+    manual_dir,
+    data_dir,
+    seed,
+    shuffle_files,
+    download,
+    fn="mnist.load",
 ):
     read_config = tfds.ReadConfig(shuffle_seed=seed)
     kwargs = dict(
@@ -476,18 +519,19 @@ def _load_tfds(
         return _common.prepare_and_load(
             tfds, "mnist", builder, manual_dir, **kwargs
         )
+    if manual_dir is None and download:
+        _common.download_and_prepare(tfds, fn, builder, _HOW_TO_GET_FILES)
     try:
         return tfds.load("mnist", download=False, **kwargs)
     except AssertionError as error:
         # TFDS signals "not prepared" with an AssertionError; checking
         # `is_prepared()` up front instead would defeat
         # `tfds.testing.mock_data`, which mocks only the reading.
+        if download:
+            raise
         raise FileNotFoundError(
-            f"`{fn}`: MNIST is not prepared in {builder.data_dir_root} and "
-            "no `manual_dir` was given, and this function never downloads. "
-            f"Pass `manual_dir` pointing to a folder with {', '.join(_FILES)}"
-            " (from http://yann.lecun.com/exdb/mnist/ or a mirror), or "
-            "prepare the dataset once with "
-            "`tfds.builder('mnist', data_dir=...).download_and_prepare()`. "
-            f"Received: manual_dir={manual_dir}"
+            f"`{fn}`: MNIST is not prepared in {builder.data_dir_root}, and "
+            "download=False forbids fetching it. Pass `manual_dir`: "
+            f"{_HOW_TO_GET_FILES} Or let TensorFlow Datasets download it "
+            "with download=True. Received: manual_dir=None, download=False"
         ) from error

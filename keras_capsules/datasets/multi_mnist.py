@@ -22,6 +22,7 @@ digit alone in the canvas (the reconstruction targets), the form that
 import numpy as np
 
 from keras_capsules._validation import check_bool
+from keras_capsules._validation import check_image_values
 from keras_capsules._validation import check_int
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_path
@@ -90,8 +91,10 @@ def make_pairs(
 
     Raises:
         ValueError: If an argument is out of range (`seed` included), if
-            the shapes of `images` and `labels` disagree, or if the labels
-            hold fewer than two classes or other than 10 one-hot columns.
+            `images` holds NaN, an infinity or a value outside `[0, 255]`
+            (integer dtypes) or `[0, 1]` (float dtypes), if the shapes of
+            `images` and `labels` disagree, or if the labels hold fewer
+            than two classes or other than 10 one-hot columns.
 
     Example:
 
@@ -158,17 +161,20 @@ def load(
     manual_dir=None,
     data_dir=None,
     drop_remainder=False,
+    *,
+    download=True,
 ):
     """Streams MultiMNIST pairs as a batched `tf.data.Dataset`.
 
     The pairs are generated on the fly from the MNIST split (read by
     `mnist.load_arrays`, from the original files in `manual_dir` or from
-    TensorFlow Datasets), with the procedure of `make_pairs` written in
-    TensorFlow ops, batch by batch. The draws are deterministic for a fixed
-    `seed` but are not the draws of `make_pairs` with the same seed. The
-    training split draws new pairs every epoch; the test split draws the
-    same pairs at every iteration, so that evaluations compare. Keras `fit`
-    accepts the result on every backend.
+    TensorFlow Datasets, which downloads MNIST on first use), with the
+    procedure of `make_pairs` written in TensorFlow ops, batch by batch.
+    The draws are deterministic for a fixed `seed` but are not the draws
+    of `make_pairs` with the same seed. The training split draws new pairs
+    every epoch; the test split draws the same pairs at every iteration,
+    so that evaluations compare. Keras `fit` accepts the result on every
+    backend.
 
     Args:
         split: `"train"` or `"test"`. Defaults to `"train"`.
@@ -187,10 +193,14 @@ def load(
             Defaults to `"sum"`.
         manual_dir: Optional folder with the original MNIST idx files.
             Defaults to `None`.
-        data_dir: TFDS data directory holding the prepared `mnist`
-            dataset, used when `manual_dir` is `None`. Defaults to `None`.
+        data_dir: TFDS data directory holding (or receiving) the prepared
+            `mnist` dataset, used when `manual_dir` is `None`. Defaults to
+            `None`.
         drop_remainder: Whether to drop the last batch when it is smaller
             than `batch_size`. Defaults to `False`.
+        download: Keyword-only bool. Without `manual_dir`, whether TFDS
+            may download MNIST when it is not prepared in `data_dir`, as
+            in `mnist.load_arrays`. Defaults to `True`.
 
     Returns:
         A `tf.data.Dataset` of `(x, y)` batches with the shapes and dtypes
@@ -199,8 +209,11 @@ def load(
     Raises:
         ValueError: If an argument has an invalid value.
         TypeError: If an argument has the wrong type.
-        FileNotFoundError: If MNIST cannot be found (see
-            `mnist.load_arrays`).
+        FileNotFoundError: If MNIST cannot be found without downloading
+            (see `mnist.load_arrays`).
+        OSError: If, without `manual_dir`, the download of MNIST fails
+            (offline, for example); the message says how to pass
+            `manual_dir`.
         ImportError: If TensorFlow is not installed.
 
     Example:
@@ -227,9 +240,10 @@ def load(
     check_path(manual_dir, "manual_dir", owner=fn)
     check_path(data_dir, "data_dir", owner=fn)
     check_bool(drop_remainder, "drop_remainder", owner=fn)
+    check_bool(download, "download", owner=fn)
     tf = _common.import_tensorflow(fn)
     images, labels = mnist.load_arrays(
-        split, manual_dir=manual_dir, data_dir=data_dir
+        split, manual_dir=manual_dir, data_dir=data_dir, download=download
     )
     training = split == "train"
     if seed is None and not training:
@@ -362,9 +376,13 @@ def _check_data(images, labels, fn):
             f"`{fn}`: argument `images` must have shape (N, H, W) or "
             f"(N, H, W, 1). Received: images.shape={images.shape}"
         )
+    # The overlay clips at 1, so pixels of another scale would saturate
+    # into plausible-looking pairs of the wrong data.
     if np.issubdtype(images.dtype, np.integer):
+        check_image_values(images, "images", owner=fn, value_range=(0, 255))
         images = images.astype("float32") / np.float32(255.0)
     else:
+        check_image_values(images, "images", owner=fn, value_range=(0, 1))
         images = images.astype("float32")
     if labels.ndim == 2 and labels.shape[-1] == NUM_CLASSES:
         labels = labels.argmax(axis=-1)

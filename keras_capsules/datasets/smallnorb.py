@@ -5,8 +5,10 @@ preprocessing of the authors' released code: both images of the stereo pair
 as two channels, downsampled from 96x96 to 48x48; for training, random
 brightness and contrast, a random 32x32 crop and per-image standardisation;
 for testing, the central 32x32 crop (or, optionally, several crops per
-image). The data comes from TensorFlow Datasets or, without checksums or
-network, straight from the original NORB `.mat` files through `read_norb`.
+image). The data comes from TensorFlow Datasets (downloaded on first use
+like `tfds.load("smallnorb")`, or built offline from the original files) or,
+without checksums or network, straight from the original NORB `.mat` files
+through `read_norb`.
 
 smallNORB is by Yann LeCun, Fu Jie Huang and Leon Bottou (CVPR 2004),
 <https://cs.nyu.edu/~ylclab/data/norb-v1.0-small/>.
@@ -73,6 +75,13 @@ _NORB_DTYPES = {
     0x1E3D4C55: np.dtype("u1"),
     0x1E3D4C56: np.dtype("<i2"),
 }
+
+_HOW_TO_GET_FILES = (
+    "a folder with the six original smallNORB files "
+    f"{', '.join(_ORIGINAL_SIZES)}, from "
+    "https://cs.nyu.edu/~ylclab/data/norb-v1.0-small/ (the source that "
+    "TensorFlow Datasets downloads from)."
+)
 
 _logger = logging.getLogger(__name__)
 
@@ -155,6 +164,8 @@ def load(
     crop_size=32,
     multi_crop=False,
     seed=None,
+    *,
+    download=True,
 ):
     """Loads smallNORB as a batched, prefetched `tf.data.Dataset`.
 
@@ -170,18 +181,23 @@ def load(
       whose centres are moved by `(+-k, +-k)` pixels for `k` in 1, 2, 3,
       each standardised.
 
-    Data sources (nothing is ever downloaded; a `FileNotFoundError` comes at
-    once when no data can be had):
+    Data sources:
 
-    - `"tfds"`: `tfds.load("smallnorb")`. The dataset must be prepared in
-      `data_dir`, or `manual_dir` must hold the six original
-      `smallnorb-*-{dat,cat,info}.mat.gz` files, from which TFDS builds it
-      offline after checking their sizes and checksums.
+    - `"tfds"`: `tfds.load("smallnorb")`. With `manual_dir`, which must
+      hold the six original `smallnorb-*-{dat,cat,info}.mat.gz` files,
+      TFDS builds the dataset offline after checking their sizes and
+      checksums, without downloading. Without `manual_dir`, TFDS downloads
+      and prepares it in `data_dir` on first use (about 260 MB), as
+      `tfds.load` does; offline, the download fails (after TFDS's retries,
+      minutes) with an `OSError` that says how to pass `manual_dir`, and
+      `download=False` forbids it. Either way the prepared copy in
+      `data_dir` is read by later calls.
     - `"files"`: reads the split's original `dat` and `cat` files (`.mat.gz`
       or decompressed `.mat`) from `manual_dir` with `read_norb`, with no
       checksum check and no TFDS.
-    - `"auto"`: `"tfds"` when TFDS is installed and either the dataset is
-      prepared or TFDS can build it from `manual_dir`; otherwise `"files"`.
+    - `"auto"`: `"tfds"` when TFDS is installed and either `manual_dir` is
+      `None`, the dataset is prepared or TFDS can build it from
+      `manual_dir`; otherwise `"files"`.
 
     Hinton et al., 2018, [Matrix capsules with EM routing](
     https://openreview.net/forum?id=HJWLfGWRb), section 5.
@@ -207,6 +223,10 @@ def load(
             `image_size - crop_size >= 6`. Defaults to `False`.
         seed: Optional int making shuffling and distortions reproducible.
             Defaults to `None`.
+        download: Keyword-only bool. Without `manual_dir`, whether TFDS
+            may download smallNORB when it is not prepared in `data_dir`;
+            `False` raises a `FileNotFoundError` instead, at once. Ignored
+            with `manual_dir`, which never downloads. Defaults to `True`.
 
     Returns:
         A `tf.data.Dataset` of `(images, labels)` with float32 one-hot
@@ -221,9 +241,13 @@ def load(
         ValueError: If an argument has an invalid value, or `source="files"`
             comes without `manual_dir`.
         TypeError: If an argument has the wrong type.
-        FileNotFoundError: If no data can be had from the chosen source.
-        ImportError: If TensorFlow (or, for `source="tfds"`, TensorFlow
-            Datasets) is not installed.
+        FileNotFoundError: If no data can be had from the chosen source
+            without downloading: `manual_dir` lacks files, or is `None`
+            with `download=False` and the dataset is not prepared.
+        OSError: If, without `manual_dir`, the download fails (offline,
+            for example); the message says how to pass `manual_dir`.
+        ImportError: If TensorFlow (or, for `source="tfds"` or without
+            `manual_dir`, TensorFlow Datasets) is not installed.
 
     Example:
 
@@ -272,6 +296,7 @@ def load(
             f"{2 * max_offset}. Received: crop_size={crop_size}"
         )
     check_int(seed, "seed", allow_none=True, owner=fn)
+    check_bool(download, "download", owner=fn)
     if source == "files" and manual_dir is None:
         raise ValueError(
             f"`{fn}`: source='files' reads the original files from "
@@ -285,7 +310,7 @@ def load(
 
     tf = _common.import_tensorflow(fn)
     dataset = _load_raw(
-        tf, split, manual_dir, data_dir, source, seed, shuffle_buffer
+        tf, split, manual_dir, data_dir, source, seed, shuffle_buffer, download
     )
 
     def resize(image, label):
@@ -369,7 +394,9 @@ def _find_file(manual_dir, split, kind):
     return None
 
 
-def _load_raw(tf, split, manual_dir, data_dir, source, seed, shuffle_buffer):
+def _load_raw(
+    tf, split, manual_dir, data_dir, source, seed, shuffle_buffer, download
+):
     """Returns a shuffled dataset of `(uint8 (96, 96, 2), int label)`."""
     fn = "smallnorb.load"
     if source == "files":
@@ -383,7 +410,16 @@ def _load_raw(tf, split, manual_dir, data_dir, source, seed, shuffle_buffer):
             return _load_files(tf, split, manual_dir, seed, shuffle_buffer)
     else:
         tfds = _common.import_tfds(fn)
-    args = (tf, tfds, split, manual_dir, data_dir, seed, shuffle_buffer)
+    args = (
+        tf,
+        tfds,
+        split,
+        manual_dir,
+        data_dir,
+        seed,
+        shuffle_buffer,
+        download,
+    )
     if source == "tfds" or manual_dir is None:
         return _load_tfds(*args)
     builder = tfds.builder("smallnorb", data_dir=data_dir)
@@ -405,7 +441,9 @@ def _load_raw(tf, split, manual_dir, data_dir, source, seed, shuffle_buffer):
     return _load_files(tf, split, manual_dir, seed, shuffle_buffer)
 
 
-def _load_tfds(tf, tfds, split, manual_dir, data_dir, seed, shuffle_buffer):
+def _load_tfds(
+    tf, tfds, split, manual_dir, data_dir, seed, shuffle_buffer, download
+):
     fn = "smallnorb.load"
     kwargs = dict(
         split=split,
@@ -426,20 +464,22 @@ def _load_tfds(tf, tfds, split, manual_dir, data_dir, seed, shuffle_buffer):
             tfds, "smallnorb", builder, manual_dir, **kwargs
         )
     else:
+        if manual_dir is None and download:
+            _common.download_and_prepare(tfds, fn, builder, _HOW_TO_GET_FILES)
         try:
             dataset = tfds.load("smallnorb", download=False, **kwargs)
         except AssertionError as error:
             # TFDS signals "not prepared" with an AssertionError; checking
             # `is_prepared()` up front instead would defeat
             # `tfds.testing.mock_data`, which mocks only the reading.
+            if download:
+                raise
             raise FileNotFoundError(
                 f"`{fn}`: smallnorb is not prepared in "
-                f"{builder.data_dir_root} and no `manual_dir` was given, and "
-                "this function never downloads. Pass `manual_dir` pointing "
-                "to a folder with the original files from "
-                "https://cs.nyu.edu/~ylclab/data/norb-v1.0-small/ "
-                f"({', '.join(_ORIGINAL_SIZES)}). "
-                f"Received: manual_dir={manual_dir}"
+                f"{builder.data_dir_root}, and download=False forbids "
+                f"fetching it. Pass `manual_dir`: {_HOW_TO_GET_FILES} Or "
+                "let TensorFlow Datasets download it with download=True. "
+                "Received: manual_dir=None, download=False"
             ) from error
     if shuffle_buffer > 1:
         dataset = dataset.shuffle(

@@ -8,6 +8,8 @@ inside functions, and only by this subpackage.
 import keras
 import numpy as np
 
+from keras_capsules._validation import check_image_values
+
 # The side of one image panel, in inches: a 28x28 image stays legible.
 PANEL_SIZE = 0.9
 IMAGE_STYLE = {"cmap": "gray", "vmin": 0.0, "vmax": 1.0}
@@ -52,9 +54,12 @@ def check_model(model, *model_classes):
 
 
 def check_image(image, model):
-    """Returns one image of the model's input shape as a float32 array.
+    """Returns one image of the model's input shape as a float32 array,
+    finite.
 
-    A single-channel model also accepts `(height, width)`.
+    A single-channel model also accepts `(height, width)`. The range is
+    not checked: the image goes through the model, whose input
+    convention (`[0, 1]`, standardised, ...) only its training knows.
     """
     image_shape = tuple(model.inputs[0].shape[1:])
     image = np.asarray(keras.ops.convert_to_numpy(image), dtype="float32")
@@ -69,6 +74,7 @@ def check_image(image, model):
             f"{accepted}, without a batch axis. "
             f"Received: image.shape={image.shape}"
         )
+    check_image_values(image, "image")
     return image
 
 

@@ -40,7 +40,8 @@ def perturbation_grid(
         image: One image of the model's input shape
             `(height, width, channels)`, without a batch axis; a
             one-channel image may also be `(height, width)`. Values in
-            `[0, 1]`.
+            the range the model was trained on (`[0, 1]` for the shipped
+            presets), finite.
         label: Integer, the class whose capsule is perturbed, or `None`
             for the predicted class (the longest capsule). Defaults to
             `None`.
@@ -64,8 +65,8 @@ def perturbation_grid(
         TypeError: If `model` is neither a `CapsNet` nor an
             `EfficientCapsNet`.
         ValueError: If the model has no decoder, if `image` does not have
-            the model's input shape, or if another argument is out of
-            range.
+            the model's input shape or holds NaN or an infinity, or if
+            another argument is out of range.
 
     Example:
 
@@ -176,8 +177,9 @@ def coupling_coefficients(model, image, class_names=None, vmax=None):
     Raises:
         ImportError: If matplotlib is not installed.
         TypeError: If `model` is not a `CapsNet`.
-        ValueError: If `image` does not have the model's input shape, or
-            if `class_names` or `vmax` is invalid.
+        ValueError: If `image` does not have the model's input shape or
+            holds NaN or an infinity, or if `class_names` or `vmax` is
+            invalid.
 
     Example:
 

@@ -54,8 +54,9 @@ def activation_maps(model, image, max_types=None, class_names=None):
     Raises:
         ImportError: If matplotlib is not installed.
         TypeError: If `model` is not a `MatrixCapsNet`.
-        ValueError: If `image` does not have the model's input shape, or
-            if `max_types` or `class_names` is invalid.
+        ValueError: If `image` does not have the model's input shape or
+            holds NaN or an infinity, or if `max_types` or `class_names` is
+            invalid.
 
     Example:
 

@@ -3,6 +3,7 @@
 import numpy as np
 from keras import ops
 
+from keras_capsules._validation import check_image_values
 from keras_capsules._validation import check_int
 from keras_capsules.visualization import _figures
 
@@ -58,7 +59,9 @@ def reconstructions(
     Raises:
         ImportError: If matplotlib is not installed.
         ValueError: If the shapes of `inputs` and `outputs` do not match
-            one of the forms above, or if another argument is invalid.
+            one of the forms above, if either holds NaN, an infinity or a
+            value outside `[0, 1]` (such as 0..255 pixels), or if another
+            argument is invalid.
 
     Example:
 
@@ -88,6 +91,10 @@ def reconstructions(
     if inputs.ndim == 4:
         _figures.check_displayable(inputs.shape, "inputs")
     num_inputs = inputs.shape[0]
+    # Drawn on the fixed scale [0, 1]: other values would be clipped into
+    # a plausible-looking figure of the wrong data.
+    check_image_values(inputs, "inputs", value_range=(0, 1))
+    check_image_values(outputs, "outputs", value_range=(0, 1))
     outputs, num_outputs = _per_input_outputs(inputs, outputs)
     num_images = check_int(num_images, "num_images", minimum=1, allow_none=True)
     if num_images is None:

@@ -6,6 +6,7 @@ from keras_capsules.layers import EMClassCaps
 from keras_capsules.layers import EMConvCaps
 from keras_capsules.layers import PrimaryMatrixCaps
 from keras_capsules.testing import TestCase
+from tests import non_finite
 
 
 def _capsule_model():
@@ -89,3 +90,17 @@ class CapsuleHealthTest(TestCase):
                 callbacks=[CapsuleHealth(np.zeros((1, 3)))],
                 verbose=0,
             )
+
+    def test_rejects_non_finite_images(self):
+        images = np.random.default_rng(0).uniform(size=(4, 9, 9, 1))
+        for case, bad in non_finite.non_finite_images(images).items():
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    r"Argument images must hold finite values.*Received: "
+                    r"images" + non_finite.RECEIVED[case],
+                ):
+                    CapsuleHealth(bad)
+        # Any finite range is a probe batch: the model decides its inputs.
+        health = CapsuleHealth(images * 255.0)
+        self.assertAllClose(health.images, images * 255.0)

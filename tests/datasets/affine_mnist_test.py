@@ -11,6 +11,7 @@ from absl.testing import parameterized
 
 from keras_capsules.datasets import affine_mnist
 from keras_capsules.datasets import mnist
+from tests import non_finite
 from tests import references
 
 # The first 1000 training images of the embedded sample, (N, 28, 28).
@@ -409,3 +410,24 @@ class ValidationTest(parameterized.TestCase):
     def test_rotate(self, angles, error, pattern):
         with self.assertRaisesRegex(error, pattern):
             affine_mnist.rotate(_DIGITS[:2], angles)
+
+    @parameterized.named_parameters(
+        ("translate", affine_mnist.translate, {}),
+        ("transform", affine_mnist.transform, {}),
+        ("rotate", affine_mnist.rotate, {"angles": 30.0}),
+    )
+    def test_non_finite_images(self, function, kwargs):
+        images = _DIGITS[:2]
+        name = function.__name__
+        for case, bad in non_finite.non_finite_images(images).items():
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    rf"^`affine_mnist.{name}`: argument `images` must hold "
+                    r"finite values.*Received: images"
+                    + non_finite.RECEIVED[case],
+                ):
+                    function(bad, **kwargs)
+        # Any finite scale is transformed: the geometry ignores it.
+        result = function(images * 255.0 - 100.0, **kwargs)
+        self.assertTrue(np.all(np.isfinite(result)))

@@ -2,6 +2,7 @@
 NumPy, and a guard that fails a test which would download."""
 
 import contextlib
+import socket
 import sys
 from unittest import mock
 
@@ -73,6 +74,57 @@ def no_downloads(tfds):
                 mock.patch.object(target, name, side_effect=attempt)
             )
         yield attempts
+
+
+@contextlib.contextmanager
+def no_network():
+    """Makes every name lookup and socket connection record the call and
+    raise `DownloadAttempted`.
+
+    Unlike `no_downloads`, it lets a builder prepare a dataset from
+    `manual_dir`, which needs no network. Yields the `mock.Mock` of the
+    attempts.
+    """
+    attempts = mock.Mock()
+
+    def attempt(*args, **kwargs):
+        attempts(*args)
+        raise DownloadAttempted(repr(args))
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            mock.patch.object(socket, "getaddrinfo", side_effect=attempt)
+        )
+        stack.enter_context(
+            mock.patch.object(socket.socket, "connect", attempt)
+        )
+        yield attempts
+
+
+@contextlib.contextmanager
+def download_spy(tfds):
+    """Replaces `DatasetBuilder.download_and_prepare` with a no-op mock
+    that records its builder, and spies on `tfds.builder` and `tfds.load`.
+
+    Yields `(download_and_prepare, builder, load)`, the three mocks;
+    `download_and_prepare.call_args.args[0]` is the builder it was called
+    on.
+    With `tfds.testing.mock_data` around it, the loaders then read mock
+    data as if the download had happened.
+    """
+    with contextlib.ExitStack() as stack:
+        prepare = stack.enter_context(
+            mock.patch.object(
+                tfds.core.DatasetBuilder, "download_and_prepare", autospec=True
+            )
+        )
+        builder = stack.enter_context(
+            mock.patch.object(tfds, "builder", wraps=tfds.builder)
+        )
+        load = stack.enter_context(
+            mock.patch.object(tfds, "load", wraps=tfds.load)
+        )
+        yield prepare, builder, load
 
 
 def batches(dataset):

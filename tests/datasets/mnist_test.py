@@ -4,6 +4,7 @@ import os
 import struct
 import subprocess
 import sys
+from unittest import mock
 
 import keras
 import numpy as np
@@ -12,16 +13,19 @@ from absl.testing import parameterized
 
 from keras_capsules import testing
 from keras_capsules.datasets import mnist
+from tests import non_finite
 from tests.datasets import helpers
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _MNIST_DIR = os.path.join(_REPO, "..", "shared", "data", "mnist")
-_ORIGINAL_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
-)
+# Their sizes in bytes, as TFDS registers them.
+_ORIGINAL_SIZES = {
+    "train-images-idx3-ubyte.gz": 9912422,
+    "train-labels-idx1-ubyte.gz": 28881,
+    "t10k-images-idx3-ubyte.gz": 1648877,
+    "t10k-labels-idx1-ubyte.gz": 4542,
+}
+_ORIGINAL_FILES = tuple(_ORIGINAL_SIZES)
 _HAS_MNIST = all(
     os.path.isfile(os.path.join(_MNIST_DIR, name)) for name in _ORIGINAL_FILES
 )
@@ -331,6 +335,17 @@ class ShiftedDigitsTest(testing.TestCase):
         with self.assertRaisesRegex(ValueError, pattern):
             mnist.ShiftedDigits(**{**arguments, **kwargs})
 
+    def test_rejects_non_finite_images(self):
+        x, y = mnist.load_sample("test")
+        for case, bad in non_finite.non_finite_images(x[:4]).items():
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    r"^`mnist.ShiftedDigits`: argument `x` must hold finite "
+                    r"values.*Received: x" + non_finite.RECEIVED[case],
+                ):
+                    mnist.ShiftedDigits(bad, y[:4])
+
 
 class LoadTest(testing.TestCase):
     def test_shapes_dtypes_and_ranges(self):
@@ -463,6 +478,12 @@ class LoadTest(testing.TestCase):
             TypeError,
             r"Received: manual_dir=3$",
         ),
+        (
+            "download",
+            dict(download="no"),
+            TypeError,
+            r"`download` must be a boolean\. Received: download=no$",
+        ),
     )
     def test_invalid_arguments(self, kwargs, error, pattern):
         with self.assertRaisesRegex(error, r"`mnist.load`"):
@@ -470,21 +491,113 @@ class LoadTest(testing.TestCase):
         with self.assertRaisesRegex(error, pattern):
             mnist.load(**kwargs)
 
-    def test_no_data_raises_without_downloading(self):
+    def test_downloads_through_tfds_by_default(self):
+        tfds = helpers.tfds_or_skip()
+        data_dir = self.get_temp_dir()
+        with tfds.testing.mock_data(num_examples=4):
+            with helpers.download_spy(tfds) as (prepare, builder, load):
+                dataset = mnist.load("test", batch_size=4, data_dir=data_dir)
+        # As `tfds.load("mnist", data_dir=data_dir)` would: the builder of
+        # the data directory downloads and prepares with TFDS's defaults,
+        # then the prepared copy is read.
+        builder.assert_called_once_with("mnist", data_dir=data_dir)
+        prepare.assert_called_once()
+        (prepared,) = prepare.call_args.args
+        self.assertEqual(prepared.name, "mnist")
+        self.assertEqual(prepare.call_args.kwargs, {})
+        load.assert_called_once()
+        self.assertEqual(load.call_args.args, ("mnist",))
+        self.assertEqual(load.call_args.kwargs["data_dir"], data_dir)
+        self.assertEqual(load.call_args.kwargs["split"], "test")
+        self.assertIs(load.call_args.kwargs["download"], False)
+        ((x, y),) = helpers.batches(dataset)
+        self.assertEqual((x.shape, y.shape), ((4, 28, 28, 1), (4, 10)))
+
+    def test_load_arrays_downloads_by_default(self):
+        tfds = helpers.tfds_or_skip()
+        data_dir = self.get_temp_dir()
+        with tfds.testing.mock_data(num_examples=3):
+            with helpers.download_spy(tfds) as (prepare, builder, _):
+                images, labels = mnist.load_arrays("train", data_dir=data_dir)
+        builder.assert_called_once_with("mnist", data_dir=data_dir)
+        prepare.assert_called_once()
+        self.assertEqual(prepare.call_args.args[0].name, "mnist")
+        self.assertEqual(images.shape, (3, 28, 28))
+        self.assertEqual(labels.shape, (3,))
+
+    def test_download_false_without_manual_dir_raises(self):
+        tfds = helpers.tfds_or_skip()
+        data_dir = self.get_temp_dir()
+        with helpers.no_downloads(tfds) as attempts:
+            for function in (mnist.load, mnist.load_arrays):
+                with self.subTest(function=function.__name__):
+                    with self.assertRaisesRegex(
+                        FileNotFoundError,
+                        r"MNIST is not prepared in .*download=False forbids "
+                        r"fetching it\. Pass `manual_dir`: a folder with the "
+                        r"four original MNIST files train-images-idx3-ubyte"
+                        r"\.gz, .*t10k-labels-idx1-ubyte\.gz, from https://"
+                        r".*Received: manual_dir=None, download=False$",
+                    ):
+                        function(data_dir=data_dir, download=False)
+        attempts.assert_not_called()
+
+    def test_failed_download_gives_a_clear_error(self):
+        tfds = helpers.tfds_or_skip()
+        data_dir = self.get_temp_dir()
+        for failure in (
+            ConnectionError("Failed to resolve 'storage.googleapis.com'"),
+            tfds.download.DownloadError("Failed to get url. HTTP code: 404."),
+        ):
+            name = type(failure).__name__
+            for function in (mnist.load, mnist.load_arrays):
+                with self.subTest(failure=name, function=function.__name__):
+                    with mock.patch.object(
+                        tfds.core.DatasetBuilder,
+                        "download_and_prepare",
+                        side_effect=failure,
+                    ):
+                        with self.assertRaisesRegex(
+                            OSError,
+                            rf"^`mnist\.{function.__name__}`: TensorFlow "
+                            r"Datasets could not download and prepare mnist "
+                            rf"in .*\({name}: .*\)\. Without network, pass "
+                            r"`manual_dir`: a folder with the four original "
+                            r"MNIST files train-images-idx3-ubyte\.gz, .*"
+                            r"Received: manual_dir=None$",
+                        ) as context:
+                            function(data_dir=data_dir)
+                    self.assertIs(context.exception.__cause__, failure)
+
+    def test_manual_dir_never_downloads(self):
         tfds = helpers.tfds_or_skip()
         data_dir = self.get_temp_dir()
         empty_dir = self.get_temp_dir()
         with helpers.no_downloads(tfds) as attempts:
             with self.assertRaisesRegex(
-                FileNotFoundError, r"not prepared.*Received: manual_dir=None$"
-            ):
-                mnist.load(data_dir=data_dir)
-            with self.assertRaisesRegex(
                 FileNotFoundError, r"lacks train-images-idx3-ubyte\.gz"
             ):
                 mnist.load(data_dir=data_dir, manual_dir=empty_dir)
+            with self.assertRaisesRegex(
+                FileNotFoundError, r"lacks t10k-images-idx3-ubyte\.gz"
+            ):
+                mnist.load_arrays(
+                    "test", data_dir=data_dir, manual_dir=empty_dir
+                )
         attempts.assert_not_called()
         self.assertEqual(os.listdir(empty_dir), [])
+        # Files of the original sizes pass the size check and reach TFDS,
+        # which builds from them offline: their checksums fail, and nothing
+        # is fetched instead.
+        manual_dir = self.get_temp_dir()
+        for name in _ORIGINAL_FILES:
+            with open(os.path.join(manual_dir, name), "wb") as f:
+                f.truncate(_ORIGINAL_SIZES[name])
+        with helpers.no_network() as attempts:
+            with self.assertRaises(Exception) as context:
+                mnist.load(data_dir=data_dir, manual_dir=manual_dir)
+        attempts.assert_not_called()
+        self.assertIn("checksum", str(context.exception).lower())
 
     def test_no_downloads_stops_a_download(self):
         # The guard of the test above catches TFDS's download entry point.
@@ -520,9 +633,14 @@ class LoadTest(testing.TestCase):
     @pytest.mark.skipif(not _HAS_MNIST, reason="needs ../shared/data/mnist")
     def test_builds_from_original_files(self):
         data_dir = self.get_temp_dir()
-        dataset = mnist.load(
-            "test", batch_size=1000, manual_dir=_MNIST_DIR, data_dir=data_dir
-        )
+        with helpers.no_network() as attempts:
+            dataset = mnist.load(
+                "test",
+                batch_size=1000,
+                manual_dir=_MNIST_DIR,
+                data_dir=data_dir,
+            )
+        attempts.assert_not_called()
         counts = np.zeros(10)
         for x, y in helpers.batches(dataset):
             counts += y.sum(axis=0)

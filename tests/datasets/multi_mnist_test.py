@@ -9,6 +9,7 @@ import pytest
 from absl.testing import parameterized
 
 from keras_capsules.datasets import multi_mnist
+from tests import non_finite
 
 
 def _boxes(num_images=200):
@@ -140,6 +141,38 @@ class MakePairsTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, pattern):
             multi_mnist.make_pairs(**arguments)
 
+    def test_rejects_non_finite_images(self):
+        images, labels = _boxes(30)
+        for case, bad in non_finite.non_finite_images(images).items():
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    r"^`multi_mnist.make_pairs`: argument `images` must hold "
+                    r"finite values.*Received: images"
+                    + non_finite.RECEIVED[case],
+                ):
+                    multi_mnist.make_pairs(bad, labels, 4)
+
+    def test_rejects_values_out_of_range(self):
+        images, labels = _boxes(30)
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`images` must hold values in \[0, 1\] \(images of 0\.\.255 "
+            r"values: divide them by 255\)\. "
+            r"Received: images\.min\(\)=0\.0, images\.max\(\)=255\.0$",
+        ):
+            multi_mnist.make_pairs(images * 255.0, labels, 4)
+        with self.assertRaisesRegex(
+            ValueError,
+            r"`images` must hold values in \[0, 255\]\. "
+            r"Received: images\.min\(\)=-1, images\.max\(\)=1$",
+        ):
+            multi_mnist.make_pairs(images.astype("int64") * 2 - 1, labels, 4)
+        # The ends of both ranges are valid.
+        for valid in (images, (images * 255).astype("int64")):
+            x, _ = multi_mnist.make_pairs(valid, labels, 4)
+            self.assertEqual(x.max(), 1.0)
+
     def test_seed_must_be_a_non_negative_int(self):
         images, labels = _boxes(30)
         for seed in (0.5, -1):
@@ -226,3 +259,16 @@ class LoadTest(parameterized.TestCase):
             multi_mnist.load(max_shift=9, manual_dir="/nonexistent")
         with self.assertRaisesRegex(FileNotFoundError, r"lacks"):
             multi_mnist.load(manual_dir=self._temp_dir())
+        with self.assertRaisesRegex(
+            TypeError, r"`download` must be a boolean\. Received: download=1$"
+        ):
+            multi_mnist.load(download=1)
+
+    def test_download_false_without_manual_dir_raises(self):
+        pytest.importorskip("tensorflow_datasets")
+        with self.assertRaisesRegex(
+            FileNotFoundError,
+            r"^`mnist.load_arrays`: MNIST is not prepared .*Pass "
+            r"`manual_dir`.*Received: manual_dir=None, download=False$",
+        ):
+            multi_mnist.load(data_dir=self._temp_dir(), download=False)

@@ -1,6 +1,7 @@
 import gzip
 import os
 import struct
+from unittest import mock
 
 import numpy as np
 from absl.testing import parameterized
@@ -315,17 +316,74 @@ class LoadTFDSTest(testing.TestCase):
         )
         np.testing.assert_array_equal(labels.sum(axis=1), 1.0)
 
-    def test_no_data_raises_without_downloading(self):
+    @parameterized.named_parameters(("tfds", "tfds"), ("auto", "auto"))
+    def test_downloads_through_tfds_by_default(self, source):
+        tfds = helpers.tfds_or_skip()
+        data_dir = self.get_temp_dir()
+        with tfds.testing.mock_data(num_examples=3):
+            with helpers.download_spy(tfds) as (prepare, builder, load):
+                dataset = smallnorb.load(
+                    "test", batch_size=3, source=source, data_dir=data_dir
+                )
+        # As `tfds.load("smallnorb", data_dir=data_dir)` would: the builder
+        # of the data directory downloads and prepares with TFDS's
+        # defaults, then the prepared copy is read.
+        builder.assert_called_with("smallnorb", data_dir=data_dir)
+        prepare.assert_called_once()
+        (prepared,) = prepare.call_args.args
+        self.assertEqual(prepared.name, "smallnorb")
+        self.assertEqual(prepare.call_args.kwargs, {})
+        load.assert_called_once()
+        self.assertEqual(load.call_args.args, ("smallnorb",))
+        self.assertEqual(load.call_args.kwargs["data_dir"], data_dir)
+        self.assertIs(load.call_args.kwargs["download"], False)
+        images, labels = _concat(dataset)
+        self.assertEqual((images.shape, labels.shape), ((3, 32, 32, 2), (3, 5)))
+
+    def test_download_false_without_manual_dir_raises(self):
         tfds = helpers.tfds_or_skip()
         data_dir = self.get_temp_dir()
         with helpers.no_downloads(tfds) as attempts:
             for source in ("tfds", "auto"):
-                with self.assertRaisesRegex(
-                    FileNotFoundError,
-                    r"`smallnorb.load`: smallnorb is not prepared.*"
-                    r"Received: manual_dir=None$",
-                ):
-                    smallnorb.load(source=source, data_dir=data_dir)
+                with self.subTest(source=source):
+                    with self.assertRaisesRegex(
+                        FileNotFoundError,
+                        r"^`smallnorb.load`: smallnorb is not prepared in .*"
+                        r"download=False forbids fetching it\. Pass "
+                        r"`manual_dir`: a folder with the six original "
+                        r"smallNORB files .*-training-cat\.mat\.gz.*from "
+                        r"https://cs\.nyu\.edu/.*"
+                        r"Received: manual_dir=None, download=False$",
+                    ):
+                        smallnorb.load(
+                            source=source, data_dir=data_dir, download=False
+                        )
+        attempts.assert_not_called()
+
+    def test_failed_download_gives_a_clear_error(self):
+        tfds = helpers.tfds_or_skip()
+        data_dir = self.get_temp_dir()
+        failure = ConnectionError("Failed to resolve 'cs.nyu.edu'")
+        with mock.patch.object(
+            tfds.core.DatasetBuilder,
+            "download_and_prepare",
+            side_effect=failure,
+        ):
+            with self.assertRaisesRegex(
+                OSError,
+                r"^`smallnorb.load`: TensorFlow Datasets could not download "
+                r"and prepare smallnorb in .*\(ConnectionError: Failed to "
+                r"resolve 'cs\.nyu\.edu'\)\. Without network, pass "
+                r"`manual_dir`: a folder with the six original smallNORB "
+                r"files .*Received: manual_dir=None$",
+            ) as context:
+                smallnorb.load(data_dir=data_dir)
+        self.assertIs(context.exception.__cause__, failure)
+
+    def test_manual_dir_never_downloads(self):
+        tfds = helpers.tfds_or_skip()
+        data_dir = self.get_temp_dir()
+        with helpers.no_downloads(tfds) as attempts:
             with self.assertRaisesRegex(
                 FileNotFoundError,
                 r"`manual_dir` lacks .*training-cat\.mat\.gz",
@@ -334,6 +392,7 @@ class LoadTFDSTest(testing.TestCase):
                     source="tfds",
                     data_dir=data_dir,
                     manual_dir=self.get_temp_dir(),
+                    download=True,
                 )
         attempts.assert_not_called()
 
@@ -413,6 +472,12 @@ class ValidationTest(testing.TestCase):
             r"must be given\. Received: manual_dir=None$",
         ),
         ("seed", dict(seed="0"), ValueError, r"Received: seed=0$"),
+        (
+            "download",
+            dict(download=None),
+            TypeError,
+            r"`download` must be a boolean\. Received: download=None$",
+        ),
     )
     def test_invalid_arguments(self, kwargs, error, pattern):
         with self.assertRaisesRegex(error, r"^`smallnorb.load`"):

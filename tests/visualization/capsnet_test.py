@@ -7,6 +7,7 @@ from keras import ops
 from keras_capsules.models import CapsNet
 from keras_capsules.models import EfficientCapsNet
 from keras_capsules.testing import TestCase
+from tests import non_finite
 from tests import references
 
 pytest.importorskip("matplotlib")
@@ -102,6 +103,17 @@ class PerturbationGridTest(TestCase):
         with self.assertRaisesRegex(TypeError, "model must be a keras_caps"):
             perturbation_grid("model", self.image)
 
+    def test_rejects_non_finite_images(self):
+        cases = non_finite.non_finite_images(self.image, batch=False)
+        for case, image in cases.items():
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    r"Argument image must hold finite values.*Received: "
+                    r"image" + non_finite.RECEIVED[case],
+                ):
+                    perturbation_grid(self.model, image)
+
 
 class CouplingCoefficientsTest(TestCase):
     @classmethod
@@ -164,3 +176,17 @@ class CouplingCoefficientsTest(TestCase):
             coupling_coefficients(self.model, np.zeros((28, 28, 3)))
         with self.assertRaisesRegex(ValueError, "decoder_units=None"):
             perturbation_grid(self.model, self.image)
+
+    def test_rejects_non_finite_images(self):
+        cases = non_finite.non_finite_images(self.image, batch=False)
+        for case, image in cases.items():
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    r"Argument image must hold finite values.*Received: "
+                    r"image" + non_finite.RECEIVED[case],
+                ):
+                    coupling_coefficients(self.model, image)
+        # The range is the model's business: values beyond [0, 1] are drawn.
+        fig = coupling_coefficients(self.model, self.image * 255.0)
+        fig.savefig(io.BytesIO(), format="png")

@@ -5,6 +5,7 @@ import pytest
 
 from keras_capsules.models import MatrixCapsNet
 from keras_capsules.testing import TestCase
+from tests import non_finite
 
 pytest.importorskip("matplotlib")
 
@@ -67,3 +68,14 @@ class ActivationMapsTest(TestCase):
             activation_maps(self.model, self.image, max_types=0)
         with self.assertRaisesRegex(ValueError, "list of 5 strings"):
             activation_maps(self.model, self.image, class_names="abcde")
+
+    def test_rejects_non_finite_images(self):
+        cases = non_finite.non_finite_images(self.image, batch=False)
+        for case, image in cases.items():
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    r"Argument image must hold finite values.*Received: "
+                    r"image" + non_finite.RECEIVED[case],
+                ):
+                    activation_maps(self.model, image)

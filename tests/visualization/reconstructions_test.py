@@ -1,10 +1,12 @@
 import io
 from unittest import mock
 
+import keras
 import numpy as np
 import pytest
 
 from keras_capsules.testing import TestCase
+from tests import non_finite
 
 pytest.importorskip("matplotlib")
 
@@ -115,3 +117,49 @@ class ReconstructionsTest(TestCase):
         with mock.patch.dict("sys.modules", {"matplotlib": None}):
             with self.assertRaisesRegex(ImportError, "\\[visualization\\]"):
                 reconstructions(inputs, inputs)
+
+    def test_rejects_non_finite_and_out_of_range_values(self):
+        inputs = _images((3, 8, 6, 1))
+        digits = _images((3, 2, 8, 6))
+        for case, bad in non_finite.non_finite_images(inputs).items():
+            pattern = r"Argument inputs must hold finite values.*Received: "
+            with self.subTest(case=case):
+                with self.assertRaisesRegex(
+                    ValueError, pattern + "inputs" + non_finite.RECEIVED[case]
+                ):
+                    reconstructions(bad, inputs)
+                with self.assertRaisesRegex(
+                    ValueError,
+                    pattern.replace("inputs", "outputs")
+                    + "outputs"
+                    + non_finite.RECEIVED[case],
+                ):
+                    reconstructions(inputs, bad)
+        for case, bad in non_finite.non_finite_images(digits).items():
+            with self.subTest(case=case, outputs="K per input"):
+                with self.assertRaisesRegex(
+                    ValueError, r"outputs must hold finite values"
+                ):
+                    reconstructions(inputs, bad)
+        pixels = np.zeros_like(inputs)
+        pixels[1, 2, 3] = 255.0
+        with self.assertRaisesRegex(
+            ValueError,
+            r"inputs must hold values in \[0, 1\] \(images of 0\.\.255 "
+            r"values: divide them by 255\)\. Received: inputs\.min\(\)=0\.0, "
+            r"inputs\.max\(\)=255\.0$",
+        ):
+            reconstructions(pixels.astype("uint8"), inputs)
+        pixels[1, 2, 3] = -0.5
+        with self.assertRaisesRegex(
+            ValueError,
+            r"outputs must hold values in \[0, 1\]\. "
+            r"Received: outputs\.min\(\)=-0\.5, outputs\.max\(\)=0\.0$",
+        ):
+            reconstructions(inputs, pixels)
+        # Finite values in [0, 1], the ends included, are drawn, also from
+        # a backend tensor.
+        ends = np.zeros_like(inputs)
+        ends[0] = 1.0
+        fig = reconstructions(keras.ops.convert_to_tensor(ends), inputs)
+        self.assertAllClose(_arrays(fig, 0), ends[..., 0])
