@@ -120,9 +120,10 @@ model.save_to_preset(
     },
 )
 loaded = keras_capsules.models.from_preset(path)
+# The preset stores float16 weights: its scores differ by float16 rounding.
 np.testing.assert_allclose(
     loaded.predict(x_test[:16], verbose=0),
     model.predict(x_test[:16], verbose=0),
-    atol=1e-5,
+    atol=1e-3,
 )
 print(f"Saved the preset {path}; the loaded model predicts the same.")
