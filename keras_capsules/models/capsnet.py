@@ -258,7 +258,7 @@ class CapsNet(CapsuleClassifier):
         - with `total_steps`, 1e-3 decayed to zero over the run by a
           cosine, `keras.optimizers.schedules.CosineDecay(1e-3,
           total_steps)`: for runs of tens of epochs, where the official
-          decay has barely begun (docs/design/default_training_settings.md);
+          decay has barely begun;
         - without, the official code's 1e-3 decayed continuously by 0.96
           every 2,000 steps, `keras.optimizers.schedules.ExponentialDecay(
           1e-3, decay_steps=2000, decay_rate=0.96)`.
