@@ -277,9 +277,11 @@ class ExperimentSmokeTest(TestCase):
             [
                 "adversarial.py",
                 "affine_mnist.py",
+                "continue_preset.py",
                 "data_parallel.py",
                 "multi_mnist.py",
                 "preset_figures.py",
+                "raw_pixels.py",
                 "viewpoints_mnist.py",
             ],
         )
