@@ -46,7 +46,9 @@ def standardize(x, image_shape, model_name):
         ValueError: If the static shape of `x` is not `(batch_size,) +
             image_shape`.
     """
-    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+    # A tensor, also for NumPy input: `Functional.call` warns that the
+    # structure of anything else does not match its inputs.
+    if not ops.is_tensor(x):
         x = ops.convert_to_tensor(x)
     expected = (None,) + tuple(image_shape)
     shape = static_shape(x)

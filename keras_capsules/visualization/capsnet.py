@@ -210,7 +210,9 @@ def coupling_coefficients(model, image, class_names=None, vmax=None):
     primary_caps = model.primary_caps
     digit_caps = model.digit_caps
     # The model's graph up to the primary capsules, sharing its layers.
-    primary = keras.Model(model.inputs, digit_caps.input)(image[None])
+    primary = keras.Model(model.inputs, digit_caps.input)(
+        ops.convert_to_tensor(image[None])
+    )
     capsules, coupling = digit_caps(primary, return_coupling=True)
     lengths = np.linalg.norm(ops.convert_to_numpy(capsules)[0], axis=-1)
     # PrimaryCaps orders its capsules by row, then column, then type.
