@@ -50,7 +50,9 @@ class Uint8ImagesTest(TestCase):
             model.class_capsules(pixels), model.class_capsules(floats)
         )
 
-    @parameterized.named_parameters(*_MODELS)
+    # The models with a decoder, whose reconstruction targets are the
+    # images themselves; MatrixCapsNet's loss sees only its scores.
+    @parameterized.named_parameters(*_MODELS[:2])
     def test_fit_and_evaluate_take_uint8_images(self, cls, config):
         model = cls(**config)
         model.compile()
