@@ -27,7 +27,11 @@ def from_preset(preset, load_weights=True, **kwargs):
 
     Raises:
         ValueError: If `preset` is neither a shipped preset's name nor a
-            preset directory of one of these classes.
+            preset directory of one of these classes, or a file of the
+            preset is damaged or belongs to another network (the message
+            names the file).
+        FileNotFoundError: If a preset directory lacks its weights file
+            and `load_weights=True`.
 
     Example:
 

@@ -91,8 +91,12 @@ class CapsuleModel(keras.Model):
             An uncompiled model of this class.
 
         Raises:
-            ValueError: If `preset` is none of the above, or a trained
-                preset of another class.
+            ValueError: If `preset` is none of the above, a trained preset
+                of another class, or a directory whose `config.json`,
+                `metadata.json` or `model.weights.h5` is damaged or
+                belongs to another network (the message names the file).
+            FileNotFoundError: If a preset directory lacks its weights
+                file and `load_weights=True`.
         """
         check_bool(load_weights, "load_weights")
         directory = presets.resolve_directory(preset)
