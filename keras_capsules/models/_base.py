@@ -80,6 +80,18 @@ class CapsuleModel(keras.Model):
           network with freshly initialized weights);
         - a path to a preset directory written by `save_to_preset`.
 
+        A trained preset is a starting point for other classes or images:
+        with arguments that change the shape of some weights
+        (`num_classes=5`, `image_shape=...`), each layer whose weights
+        all keep their shapes takes the trained ones, and the others start
+        from their initializers. With `num_classes`, the class capsules
+        are new (CapsNet's and EfficientCapsNet's `digit_caps` and their
+        decoder's first dense layer, which reads the class capsules;
+        MatrixCapsNet's `class_caps`); the convolutions, the primary
+        capsules, MatrixCapsNet's convolutional capsules and the rest of
+        the decoder are kept. Arguments that change no shape (`name=`)
+        load the weights as they are.
+
         Args:
             preset: A preset name or a path to a preset directory.
             load_weights: Whether to load the weights of a trained preset

@@ -166,7 +166,13 @@ def resolve_directory(preset):
 
 
 def load(cls, directory, load_weights, overrides):
-    """Builds a `cls` from a preset directory, with its weights if asked."""
+    """Builds a `cls` from a preset directory, with its weights if asked.
+
+    When `overrides` change the shape of some weights (`num_classes`,
+    `image_shape`, ...), the weights load into the preset's own network
+    and every layer whose weights all keep their shapes takes them (see
+    `transfer_weights`); the other layers keep their initial values.
+    """
     config = read_config(directory)
     if config["class_name"] != cls.__name__:
         raise ValueError(
@@ -178,8 +184,48 @@ def load(cls, directory, load_weights, overrides):
     model = cls.from_config({**config["config"], **overrides})
     if not load_weights:
         return model
-    load_weights_file(model, directory)
+    if not overrides:
+        load_weights_file(model, directory)
+        return model
+    preset_model = cls.from_config(config["config"])
+    if weight_shapes(preset_model) == weight_shapes(model):
+        load_weights_file(model, directory)
+    else:
+        load_weights_file(preset_model, directory)
+        transfer_weights(preset_model, model)
     return model
+
+
+def weight_shapes(model):
+    return [
+        (variable.path, tuple(variable.shape)) for variable in model.weights
+    ]
+
+
+def layer_weights(model):
+    """`{layer path: [variables]}`, a model's weights grouped by the layer
+    that holds them (the model itself for its own, at `""`)."""
+    groups = {}
+    for variable in model.weights:
+        groups.setdefault(variable.path.rpartition("/")[0], []).append(variable)
+    return groups
+
+
+def transfer_weights(source, target):
+    """Copies the weights of every layer of `source` into the layer of
+    `target` at the same path whose weights have the same shapes, and
+    returns the paths of the layers copied."""
+    sources = layer_weights(source)
+    copied = []
+    for path, variables in layer_weights(target).items():
+        values = sources.get(path)
+        shapes = [tuple(variable.shape) for variable in variables]
+        if values is None or [tuple(v.shape) for v in values] != shapes:
+            continue
+        for variable, value in zip(variables, values):
+            variable.assign(value.value)
+        copied.append(path)
+    return copied
 
 
 def read_array_shapes(path):

@@ -73,6 +73,57 @@ def _values(model):
     return [keras.ops.convert_to_numpy(w) for w in model.weights]
 
 
+def _layers(model):
+    """`{layer path: [arrays]}`: a model's weights by the layer holding
+    them (the model's own at `""`)."""
+    layers = {}
+    for variable in model.weights:
+        layers.setdefault(variable.path.rpartition("/")[0], []).append(
+            keras.ops.convert_to_numpy(variable)
+        )
+    return layers
+
+
+def _equal_layers(model, reference):
+    """The paths of the layers of `model` whose weights equal those of
+    the layer of `reference` at the same path."""
+    references = _layers(reference)
+    return [
+        path
+        for path, arrays in _layers(model).items()
+        if path in references
+        and len(arrays) == len(references[path])
+        and all(
+            a.shape == b.shape and np.array_equal(a, b)
+            for a, b in zip(arrays, references[path])
+        )
+    ]
+
+
+# The layers a shipped preset keeps with `num_classes=5`; the others are
+# new.
+_KEPT_FOR_NEW_CLASSES = {
+    "capsnet_mnist": (
+        ["conv1", "primary_caps"],
+        ["decoder/decoder_dense_1", "decoder/decoder_output"],
+    ),
+    "efficient_capsnet_mnist": (
+        [f"{kind}{i}" for i in range(1, 5) for kind in ("conv", "norm")]
+        + ["primary_caps"],
+        ["decoder/decoder_dense_1", "decoder/decoder_output"],
+    ),
+    "matrix_capsnet_small_mnist": (
+        ["", "conv1", "primary_caps", "conv_caps1", "conv_caps2"],
+        [],
+    ),
+}
+_NEW_FOR_NEW_CLASSES = {
+    "capsnet_mnist": ["digit_caps", "decoder/decoder_dense_0"],
+    "efficient_capsnet_mnist": ["digit_caps", "decoder/decoder_dense_0"],
+    "matrix_capsnet_small_mnist": ["class_caps"],
+}
+
+
 class SaveToPresetTest(TestCase):
     @parameterized.named_parameters(*MODELS)
     def test_round_trip_keeps_the_weights(self, cls, config):
@@ -367,6 +418,57 @@ class PresetFileErrorsTest(TestCase):
         self.assertIn(
             "save_to_preset", _presets.repair_advice(self.get_temp_dir())
         )
+
+
+class NewClassesTest(TestCase):
+    """`from_preset(..., num_classes=N)`: the trained layers that fit,
+    new ones for the rest."""
+
+    @parameterized.named_parameters(
+        *[(name, name) for name in _KEPT_FOR_NEW_CLASSES]
+    )
+    def test_a_shipped_preset_with_new_classes(self, name):
+        model = models.from_preset(name, num_classes=5)
+        preset = models.from_preset(name)
+        self.assertIsInstance(model, type(preset))
+        self.assertEqual(model.output_shape, (None, 5))
+        kept, kept_in_decoder = _KEPT_FOR_NEW_CLASSES[name]
+        self.assertEqual(_equal_layers(model, preset), kept + kept_in_decoder)
+        self.assertEqual(
+            sorted(_layers(model)),
+            sorted(kept + kept_in_decoder + _NEW_FOR_NEW_CLASSES[name]),
+        )
+        x = _images({"image_shape": tuple(model.image_shape)}, batch=1)
+        self.assertEqual(tuple(model(x).shape), (1, 5))
+
+    def test_new_classes_and_image_shape_from_a_directory(self):
+        model = models.CapsNet(**CAPSNET_CONFIG)
+        directory = self.get_temp_dir()
+        model.save_to_preset(directory)
+        fewer = models.CapsNet.from_preset(directory, num_classes=2)
+        self.assertEqual(fewer.output_shape, (None, 2))
+        self.assertEqual(
+            _equal_layers(fewer, model),
+            ["conv1", "primary_caps", "decoder/decoder_output"],
+        )
+        larger = models.CapsNet.from_preset(directory, image_shape=(24, 24, 3))
+        self.assertEqual(
+            _equal_layers(larger, model),
+            ["conv1", "primary_caps", "decoder/decoder_dense_0"],
+        )
+        x = _images({"image_shape": (24, 24, 3)}, batch=1)
+        self.assertEqual(tuple(larger(x).shape), (1, 4))
+
+    def test_overrides_that_keep_the_shapes_load_every_weight(self):
+        model = models.MatrixCapsNet(**MATRIX_CONFIG)
+        directory = self.get_temp_dir()
+        model.save_to_preset(directory)
+        renamed = models.MatrixCapsNet.from_preset(
+            directory, name="renamed", routing_iterations=2
+        )
+        self.assertEqual(renamed.name, "renamed")
+        for saved, restored in zip(_values(model), _values(renamed)):
+            np.testing.assert_array_equal(saved, restored)
 
 
 class PresetListingTest(TestCase):
