@@ -15,8 +15,9 @@ and primary capsules and gets new class capsules, with its `compile()`
 defaults. Pixels are scaled to the presets' [0, 1]. It prints the test
 accuracy and saves `custom_capsnet.keras`. Without `--data-dir`, the MNIST
 sample in the package becomes such folders (5,000 and 1,000 PNG files; an
-epoch of the small network takes minutes on 2 CPU cores). The folders
-and the flags: docs/custom_images.md.
+epoch of the small network takes minutes on 2 CPU cores). On scanned
+digits of another source, 10 a class, the preset scores 95.3 % against
+93.2 % for CapsNet from scratch (docs/custom_images.md).
 
 Usage:
     python examples/custom_images.py --data-dir my/train --test-dir my/test
