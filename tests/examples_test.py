@@ -6,9 +6,12 @@ import os
 import subprocess
 import sys
 
+import keras
+import numpy as np
 import pytest
 from absl.testing import parameterized
 
+from keras_capsules.datasets import mnist
 from keras_capsules.testing import TestCase
 
 _EXAMPLES_DIR = os.path.join(
@@ -16,7 +19,18 @@ _EXAMPLES_DIR = os.path.join(
 )
 _SCRIPTS = sorted(glob.glob(os.path.join(_EXAMPLES_DIR, "*.py")))
 _MAX_LINES = 160
-_FLAGS = {"--data-dir", "--epochs", "--batch-size", "--output-dir", "--smoke"}
+_FLAGS = {
+    "--data-dir",
+    "--epochs",
+    "--batch-size",
+    "--output-dir",
+    "--smoke",
+    # Images of your own (custom_images.py).
+    "--test-dir",
+    "--image-size",
+    "--color-mode",
+    "--from-preset",
+}
 _ALLOWED_MODULES = {
     "argparse",
     "os",
@@ -133,25 +147,53 @@ class RecipeRulesTest(TestCase):
         )
 
 
+def run_recipe(script, *flags, cwd):
+    """Runs a recipe in a fresh interpreter from `cwd`, so that the default
+    output paths land there; the backend is inherited. Returns its
+    stdout."""
+    result = subprocess.run(
+        [sys.executable, script, "--smoke", *flags],
+        cwd=cwd,
+        env=dict(os.environ, MPLBACKEND="Agg"),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    if result.returncode:
+        raise AssertionError(
+            f"{os.path.basename(script)} --smoke {' '.join(flags)} failed:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+        )
+    return result.stdout
+
+
 @pytest.mark.large
 class RecipeSmokeTest(TestCase):
     @parameterized.named_parameters(_named(_SCRIPTS))
     def test_smoke(self, script):
-        # A fresh interpreter per recipe, run from a temporary folder so
-        # that the default output paths land there; the backend is
-        # inherited.
-        result = subprocess.run(
-            [sys.executable, script, "--smoke"],
-            cwd=self.get_temp_dir(),
-            env=dict(os.environ, MPLBACKEND="Agg"),
-            capture_output=True,
-            text=True,
-            timeout=1200,
+        output = run_recipe(script, cwd=self.get_temp_dir())
+        self.assertIn("predicts the same", output)
+
+    def test_custom_images_from_a_preset(self):
+        # Five digits of the sample as train and test folders: a preset
+        # with 5 new class capsules, scored on the test folder.
+        folder = self.get_temp_dir()
+        for split in ("train", "test"):
+            x, y = mnist.load_sample(split)
+            for label in range(5):
+                directory = os.path.join(folder, split, str(label))
+                os.makedirs(directory)
+                for i in np.flatnonzero(y.argmax(-1) == label)[:4]:
+                    keras.utils.save_img(
+                        os.path.join(directory, f"{i}.png"), x[i]
+                    )
+        output = run_recipe(
+            os.path.join(_EXAMPLES_DIR, "custom_images.py"),
+            *("--data-dir", os.path.join(folder, "train")),
+            *("--test-dir", os.path.join(folder, "test")),
+            *("--from-preset", "capsnet_mnist"),
+            cwd=folder,
         )
-        self.assertEqual(
-            result.returncode,
-            0,
-            f"{os.path.basename(script)} --smoke failed:\n"
-            f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}",
-        )
-        self.assertIn("predicts the same", result.stdout)
+        self.assertIn("Classes: ['0', '1', '2', '3', '4']", output)
+        self.assertIn("Test accuracy:", output)
+        self.assertIn("predicts the same", output)

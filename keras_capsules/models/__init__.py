@@ -20,14 +20,21 @@ def from_preset(preset, load_weights=True, **kwargs):
             `save_to_preset`.
         load_weights: Whether to load the preset's weights. Defaults to
             `True`.
-        **kwargs: Constructor arguments overriding the preset's.
+        **kwargs: Constructor arguments overriding the preset's; one
+            that changes the shape of some weights (`num_classes=5`)
+            keeps the trained weights of the layers it leaves unchanged
+            and starts the others afresh, as `CapsNet.from_preset` says.
 
     Returns:
         An uncompiled `CapsNet`, `EfficientCapsNet` or `MatrixCapsNet`.
 
     Raises:
         ValueError: If `preset` is neither a shipped preset's name nor a
-            preset directory of one of these classes.
+            preset directory of one of these classes, or a file of the
+            preset is damaged or belongs to another network (the message
+            names the file).
+        FileNotFoundError: If a preset directory lacks its weights file
+            and `load_weights=True`.
 
     Example:
 
@@ -35,6 +42,15 @@ def from_preset(preset, load_weights=True, **kwargs):
     >>> model = keras_capsules.models.from_preset("efficient_capsnet_mnist")
     >>> type(model).__name__
     'EfficientCapsNet'
+
+    Five classes instead of ten: the trained convolutions and primary
+    capsules, new class capsules.
+
+    >>> model = keras_capsules.models.from_preset(
+    ...     "capsnet_mnist", num_classes=5
+    ... )
+    >>> model.output_shape
+    (None, 5)
     """
     directory = _presets.resolve_directory(preset)
     class_name = None

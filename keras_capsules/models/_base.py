@@ -89,6 +89,18 @@ class CapsuleModel(keras.Model):
           network with freshly initialized weights);
         - a path to a preset directory written by `save_to_preset`.
 
+        A trained preset is a starting point for other classes or images:
+        with arguments that change the shape of some weights
+        (`num_classes=5`, `image_shape=...`), each layer whose weights
+        all keep their shapes takes the trained ones, and the others start
+        from their initializers. With `num_classes`, the class capsules
+        are new (CapsNet's and EfficientCapsNet's `digit_caps` and their
+        decoder's first dense layer, which reads the class capsules;
+        MatrixCapsNet's `class_caps`); the convolutions, the primary
+        capsules, MatrixCapsNet's convolutional capsules and the rest of
+        the decoder are kept. Arguments that change no shape (`name=`)
+        load the weights as they are.
+
         Args:
             preset: A preset name or a path to a preset directory.
             load_weights: Whether to load the weights of a trained preset
@@ -100,8 +112,12 @@ class CapsuleModel(keras.Model):
             An uncompiled model of this class.
 
         Raises:
-            ValueError: If `preset` is none of the above, or a trained
-                preset of another class.
+            ValueError: If `preset` is none of the above, a trained preset
+                of another class, or a directory whose `config.json`,
+                `metadata.json` or `model.weights.h5` is damaged or
+                belongs to another network (the message names the file).
+            FileNotFoundError: If a preset directory lacks its weights
+                file and `load_weights=True`.
         """
         check_bool(load_weights, "load_weights")
         directory = presets.resolve_directory(preset)

@@ -14,6 +14,7 @@ The trained presets that ship with the package are such directories under
 `keras_capsules/presets/`.
 """
 
+import collections
 import datetime
 import json
 import os
@@ -63,9 +64,64 @@ def list_all(class_name=None):
     }
 
 
+def is_built_in(directory):
+    """Whether `directory` is a trained preset shipped in the package."""
+    parent = os.path.dirname(os.path.abspath(os.fspath(directory)))
+    return parent == os.path.abspath(BUILT_IN_DIR)
+
+
+def repair_advice(directory):
+    """How to replace a broken file of the preset in `directory`."""
+    if is_built_in(directory):
+        return (
+            "Reinstall the package (`pip install --force-reinstall "
+            "keras-capsules`) to restore the preset it ships"
+        )
+    return "Save the preset again with `save_to_preset`"
+
+
+# The names a JSON document gives the Python values `json.load` returns.
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
 def read_json(directory, name):
-    with open(os.path.join(directory, name), encoding="utf-8") as f:
-        return json.load(f)
+    """The JSON object in the file `name` of a preset directory.
+
+    Raises:
+        FileNotFoundError: If the file is missing.
+        ValueError: If it is not valid UTF-8 JSON or not a JSON object;
+            the message names the file and how to replace it.
+    """
+    path = os.path.join(directory, name)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(
+            f"The preset in {directory} has no {name} (no file {path}). "
+            f"{repair_advice(directory)}. Received: preset={directory!r}"
+        ) from error
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"The preset file {path} is not valid JSON ({error}): it is "
+            "truncated or was overwritten. "
+            f"{repair_advice(directory)}. Received: preset={directory!r}"
+        ) from error
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"The preset file {path} holds "
+            f"{_JSON_TYPES.get(type(value), type(value).__name__)}, not "
+            "the JSON object of a preset: it was overwritten. "
+            f"{repair_advice(directory)}. Received: preset={directory!r}"
+        )
+    return value
 
 
 def read_metadata(directory):
@@ -80,7 +136,21 @@ def read_metadata(directory):
 
 
 def read_config(directory):
-    return read_json(directory, CONFIG_FILE)
+    """The serialized model of a preset directory: a dict with a
+    `class_name` string and a `config` dict."""
+    config = read_json(directory, CONFIG_FILE)
+    if not isinstance(config.get("class_name"), str) or not isinstance(
+        config.get("config"), dict
+    ):
+        path = os.path.join(directory, CONFIG_FILE)
+        raise ValueError(
+            f"The preset file {path} is not a serialized model: it needs "
+            'the "class_name" string and the "config" object that '
+            "`save_to_preset` writes; it has the keys "
+            f"{sorted(config)}. {repair_advice(directory)}. "
+            f"Received: preset={directory!r}"
+        )
+    return config
 
 
 def resolve_directory(preset):
@@ -96,26 +166,138 @@ def resolve_directory(preset):
 
 
 def load(cls, directory, load_weights, overrides):
-    """Builds a `cls` from a preset directory, with its weights if asked."""
+    """Builds a `cls` from a preset directory, with its weights if asked.
+
+    When `overrides` change the shape of some weights (`num_classes`,
+    `image_shape`, ...), the weights load into the preset's own network
+    and every layer whose weights all keep their shapes takes them (see
+    `transfer_weights`); the other layers keep their initial values.
+    """
     config = read_config(directory)
-    if config.get("class_name") != cls.__name__:
+    if config["class_name"] != cls.__name__:
         raise ValueError(
             f"The preset in {directory} holds a model of class "
-            f"{config.get('class_name')}, not {cls.__name__}; load it with "
-            f"{config.get('class_name')}.from_preset. "
+            f"{config['class_name']}, not {cls.__name__}; load it with "
+            f"{config['class_name']}.from_preset. "
             f"Received: preset={directory!r}"
         )
     model = cls.from_config({**config["config"], **overrides})
-    if load_weights:
-        weights = os.path.join(directory, WEIGHTS_FILE)
-        if not os.path.isfile(weights):
-            raise FileNotFoundError(
-                f"The preset in {directory} has no {WEIGHTS_FILE}; pass "
-                f"load_weights=False for the network alone. "
-                f"Received: preset={directory!r}"
-            )
-        model.load_weights(weights)
+    if not load_weights:
+        return model
+    if not overrides:
+        load_weights_file(model, directory)
+        return model
+    preset_model = cls.from_config(config["config"])
+    if weight_shapes(preset_model) == weight_shapes(model):
+        load_weights_file(model, directory)
+    else:
+        load_weights_file(preset_model, directory)
+        transfer_weights(preset_model, model)
     return model
+
+
+def weight_shapes(model):
+    return [
+        (variable.path, tuple(variable.shape)) for variable in model.weights
+    ]
+
+
+def layer_weights(model):
+    """`{layer path: [variables]}`, a model's weights grouped by the layer
+    that holds them (the model itself for its own, at `""`)."""
+    groups = {}
+    for variable in model.weights:
+        groups.setdefault(variable.path.rpartition("/")[0], []).append(variable)
+    return groups
+
+
+def transfer_weights(source, target):
+    """Copies the weights of every layer of `source` into the layer of
+    `target` at the same path whose weights have the same shapes, and
+    returns the paths of the layers copied."""
+    sources = layer_weights(source)
+    copied = []
+    for path, variables in layer_weights(target).items():
+        values = sources.get(path)
+        shapes = [tuple(variable.shape) for variable in variables]
+        if values is None or [tuple(v.shape) for v in values] != shapes:
+            continue
+        for variable, value in zip(variables, values):
+            variable.assign(value.value)
+        copied.append(path)
+    return copied
+
+
+def read_array_shapes(path):
+    """The shapes of the arrays in an HDF5 file, in no particular order."""
+    import h5py  # A Keras dependency; only needed here.
+
+    shapes = []
+
+    def visit(name, item):
+        if isinstance(item, h5py.Dataset):
+            shapes.append(tuple(item.shape))
+
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    return shapes
+
+
+def load_weights_file(model, directory):
+    """Loads the weights file of a preset directory into `model`, the
+    network of its `config.json`.
+
+    Raises:
+        FileNotFoundError: If the directory has no weights file.
+        ValueError: If the file is not a readable HDF5 file or holds the
+            weights of another network; the message names the file and
+            how to replace it.
+    """
+    path = os.path.join(directory, WEIGHTS_FILE)
+    advice = (
+        f"{repair_advice(directory)}, or pass load_weights=False to build "
+        f"the network alone. Received: preset={directory!r}"
+    )
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"The preset in {directory} has no weights file (no file "
+            f"{path}). {advice}"
+        )
+    try:
+        shapes = read_array_shapes(path)
+    except OSError as error:
+        raise ValueError(
+            f"The preset's weights file {path} is not a readable HDF5 "
+            f"file ({error}): it is truncated or was overwritten. {advice}"
+        ) from error
+    expected = [tuple(variable.shape) for variable in model.weights]
+    extra = collections.Counter(shapes) - collections.Counter(expected)
+    missing = collections.Counter(expected) - collections.Counter(shapes)
+    if extra or missing:
+        raise ValueError(
+            f"The preset's weights file {path} does not fit the network of "
+            f"its {CONFIG_FILE}: the file holds {len(shapes)} arrays, the "
+            f"network has {len(expected)} weights (shapes only in the file: "
+            f"{_some(extra)}; only in the network: {_some(missing)}). It "
+            f"holds the weights of another model or architecture. {advice}"
+        )
+    try:
+        model.load_weights(path)
+    except (OSError, ValueError, KeyError) as error:
+        raise ValueError(
+            f"The preset's weights file {path} does not load into the "
+            f"network of its {CONFIG_FILE} ({error}). It holds the weights "
+            f"of another model or architecture, or is damaged. {advice}"
+        ) from error
+
+
+def _some(shapes, limit=3):
+    """Up to `limit` of the shapes of a `Counter`, for a message."""
+    listed = sorted(shapes.elements())
+    text = ", ".join(str(shape) for shape in listed[:limit])
+    if len(listed) > limit:
+        text += f" and {len(listed) - limit} more"
+    return text or "none"
 
 
 def save(model, directory, metadata, weights_dtype):

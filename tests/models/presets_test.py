@@ -3,6 +3,7 @@ the trained presets shipped in the package."""
 
 import json
 import os
+import re
 
 import h5py
 import keras
@@ -11,6 +12,7 @@ from absl.testing import parameterized
 
 from keras_capsules import models
 from keras_capsules.datasets import mnist
+from keras_capsules.models import _presets
 from keras_capsules.testing import TestCase
 from tests.models.capsnet_test import SMALL_CONFIG as CAPSNET_CONFIG
 from tests.models.efficient_capsnet_test import SMALL_CONFIG as EFFICIENT_CONFIG
@@ -69,6 +71,57 @@ def _images(config, batch=4):
 
 def _values(model):
     return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+def _layers(model):
+    """`{layer path: [arrays]}`: a model's weights by the layer holding
+    them (the model's own at `""`)."""
+    layers = {}
+    for variable in model.weights:
+        layers.setdefault(variable.path.rpartition("/")[0], []).append(
+            keras.ops.convert_to_numpy(variable)
+        )
+    return layers
+
+
+def _equal_layers(model, reference):
+    """The paths of the layers of `model` whose weights equal those of
+    the layer of `reference` at the same path."""
+    references = _layers(reference)
+    return [
+        path
+        for path, arrays in _layers(model).items()
+        if path in references
+        and len(arrays) == len(references[path])
+        and all(
+            a.shape == b.shape and np.array_equal(a, b)
+            for a, b in zip(arrays, references[path])
+        )
+    ]
+
+
+# The layers a shipped preset keeps with `num_classes=5`; the others are
+# new.
+_KEPT_FOR_NEW_CLASSES = {
+    "capsnet_mnist": (
+        ["conv1", "primary_caps"],
+        ["decoder/decoder_dense_1", "decoder/decoder_output"],
+    ),
+    "efficient_capsnet_mnist": (
+        [f"{kind}{i}" for i in range(1, 5) for kind in ("conv", "norm")]
+        + ["primary_caps"],
+        ["decoder/decoder_dense_1", "decoder/decoder_output"],
+    ),
+    "matrix_capsnet_small_mnist": (
+        ["", "conv1", "primary_caps", "conv_caps1", "conv_caps2"],
+        [],
+    ),
+}
+_NEW_FOR_NEW_CLASSES = {
+    "capsnet_mnist": ["digit_caps", "decoder/decoder_dense_0"],
+    "efficient_capsnet_mnist": ["digit_caps", "decoder/decoder_dense_0"],
+    "matrix_capsnet_small_mnist": ["class_caps"],
+}
 
 
 class SaveToPresetTest(TestCase):
@@ -224,6 +277,198 @@ class SaveToPresetTest(TestCase):
             ValueError, "preset must be.*Received: preset=/no/such/dir"
         ):
             models.MatrixCapsNet.from_preset("/no/such/dir")
+
+
+class PresetFileErrorsTest(TestCase):
+    """A damaged or foreign file of a preset directory raises an error
+    that names the file and the fix."""
+
+    def _preset(self, cls=models.CapsNet, config=CAPSNET_CONFIG):
+        directory = os.path.join(self.get_temp_dir(), "preset")
+        cls(**config).save_to_preset(directory)
+        return directory
+
+    def _assert_weights_error(self, directory, pattern, cause=None):
+        path = os.path.join(directory, "model.weights.h5")
+        received = re.escape(f"Received: preset={directory!r}")
+        for load in (models.CapsNet.from_preset, models.from_preset):
+            with self.assertRaisesRegex(
+                ValueError,
+                f"(?s){re.escape(path)} .*{pattern}.*save_to_preset.*"
+                f"load_weights=False.*{received}",
+            ) as raised:
+                load(directory)
+            if cause is not None:
+                self.assertIsInstance(raised.exception.__cause__, cause)
+        # The network alone still builds.
+        models.CapsNet.from_preset(directory, load_weights=False)
+
+    def test_truncated_weights(self):
+        directory = self._preset()
+        path = os.path.join(directory, "model.weights.h5")
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
+        self._assert_weights_error(
+            directory, "not a readable HDF5 file.*truncated", OSError
+        )
+
+    def test_weights_overwritten_with_text(self):
+        directory = self._preset()
+        with open(os.path.join(directory, "model.weights.h5"), "w") as f:
+            f.write("not weights\n")
+        self._assert_weights_error(
+            directory, "not a readable HDF5 file.*overwritten", OSError
+        )
+
+    @parameterized.named_parameters(
+        ("another_architecture", models.EfficientCapsNet, EFFICIENT_CONFIG),
+        (
+            "another_size",
+            models.CapsNet,
+            {**CAPSNET_CONFIG, "num_classes": 3},
+        ),
+        # More weights than the network has: Keras loads the ones it
+        # finds without a word.
+        (
+            "a_superset",
+            models.CapsNet,
+            {**CAPSNET_CONFIG, "decoder_units": (16, 8)},
+        ),
+    )
+    def test_weights_of_another_network(self, cls, config):
+        directory = self._preset()
+        other = self._preset(cls, config)
+        os.replace(
+            os.path.join(other, "model.weights.h5"),
+            os.path.join(directory, "model.weights.h5"),
+        )
+        self._assert_weights_error(
+            directory, "does not fit the network.*another model"
+        )
+
+    def test_weights_of_the_same_shapes_under_other_names(self):
+        directory = self._preset()
+        with h5py.File(os.path.join(directory, "model.weights.h5"), "a") as f:
+            f.move("decoder/layers/dense", "decoder/layers/other")
+        self._assert_weights_error(directory, "does not load", ValueError)
+
+    def test_missing_weights(self):
+        directory = self._preset()
+        path = os.path.join(directory, "model.weights.h5")
+        os.remove(path)
+        with self.assertRaisesRegex(
+            FileNotFoundError,
+            f"{re.escape(path)}.*save_to_preset.*load_weights=False",
+        ):
+            models.CapsNet.from_preset(directory)
+
+    @parameterized.named_parameters(
+        ("truncated", '{"class_name": "CapsNet", "con', "not valid JSON"),
+        ("not_utf8", b"\xff\xfe{}", "not valid JSON"),
+        ("an_array", "[1, 2]", "holds an array, not the JSON object"),
+        ("no_model", '{"name": "x"}', "not a serialized model.*'name'"),
+    )
+    def test_damaged_config(self, content, pattern):
+        directory = self._preset()
+        path = os.path.join(directory, "config.json")
+        with open(path, "wb") as f:
+            f.write(content if isinstance(content, bytes) else content.encode())
+        received = re.escape(f"Received: preset={directory!r}")
+        message = (
+            f"(?s){re.escape(path)} .*{pattern}.*save_to_preset.*{received}"
+        )
+        for load in (models.CapsNet.from_preset, models.from_preset):
+            with self.assertRaisesRegex(ValueError, message) as raised:
+                load(directory, load_weights=False)
+            if pattern == "not valid JSON":
+                self.assertIsInstance(
+                    raised.exception.__cause__,
+                    (json.JSONDecodeError, UnicodeDecodeError),
+                )
+
+    def test_damaged_metadata(self):
+        directory = self._preset()
+        path = os.path.join(directory, "metadata.json")
+        with open(path, "w") as f:
+            f.write('{"dataset": "no')
+        with self.assertRaisesRegex(
+            ValueError,
+            f"{re.escape(path)} is not valid JSON.*truncated.*save_to_preset",
+        ) as raised:
+            _presets.read_metadata(directory)
+        self.assertIsInstance(raised.exception.__cause__, json.JSONDecodeError)
+        with open(path, "w") as f:
+            f.write('"a string"')
+        with self.assertRaisesRegex(ValueError, "holds a string, not"):
+            _presets.read_metadata(directory)
+        os.remove(path)
+        with self.assertRaisesRegex(
+            FileNotFoundError, f"no metadata.json.*{re.escape(path)}"
+        ):
+            _presets.read_metadata(directory)
+
+    def test_a_shipped_preset_is_repaired_by_reinstalling(self):
+        directory = os.path.join(_presets.BUILT_IN_DIR, "capsnet_mnist")
+        self.assertIn(
+            "pip install --force-reinstall keras-capsules",
+            _presets.repair_advice(directory),
+        )
+        self.assertIn(
+            "save_to_preset", _presets.repair_advice(self.get_temp_dir())
+        )
+
+
+class NewClassesTest(TestCase):
+    """`from_preset(..., num_classes=N)`: the trained layers that fit,
+    new ones for the rest."""
+
+    @parameterized.named_parameters(
+        *[(name, name) for name in _KEPT_FOR_NEW_CLASSES]
+    )
+    def test_a_shipped_preset_with_new_classes(self, name):
+        model = models.from_preset(name, num_classes=5)
+        preset = models.from_preset(name)
+        self.assertIsInstance(model, type(preset))
+        self.assertEqual(model.output_shape, (None, 5))
+        kept, kept_in_decoder = _KEPT_FOR_NEW_CLASSES[name]
+        self.assertEqual(_equal_layers(model, preset), kept + kept_in_decoder)
+        self.assertEqual(
+            sorted(_layers(model)),
+            sorted(kept + kept_in_decoder + _NEW_FOR_NEW_CLASSES[name]),
+        )
+        x = _images({"image_shape": tuple(model.image_shape)}, batch=1)
+        self.assertEqual(tuple(model(x).shape), (1, 5))
+
+    def test_new_classes_and_image_shape_from_a_directory(self):
+        model = models.CapsNet(**CAPSNET_CONFIG)
+        directory = self.get_temp_dir()
+        model.save_to_preset(directory)
+        fewer = models.CapsNet.from_preset(directory, num_classes=2)
+        self.assertEqual(fewer.output_shape, (None, 2))
+        self.assertEqual(
+            _equal_layers(fewer, model),
+            ["conv1", "primary_caps", "decoder/decoder_output"],
+        )
+        larger = models.CapsNet.from_preset(directory, image_shape=(24, 24, 3))
+        self.assertEqual(
+            _equal_layers(larger, model),
+            ["conv1", "primary_caps", "decoder/decoder_dense_0"],
+        )
+        x = _images({"image_shape": (24, 24, 3)}, batch=1)
+        self.assertEqual(tuple(larger(x).shape), (1, 4))
+
+    def test_overrides_that_keep_the_shapes_load_every_weight(self):
+        model = models.MatrixCapsNet(**MATRIX_CONFIG)
+        directory = self.get_temp_dir()
+        model.save_to_preset(directory)
+        renamed = models.MatrixCapsNet.from_preset(
+            directory, name="renamed", routing_iterations=2
+        )
+        self.assertEqual(renamed.name, "renamed")
+        for saved, restored in zip(_values(model), _values(renamed)):
+            np.testing.assert_array_equal(saved, restored)
 
 
 class PresetListingTest(TestCase):
