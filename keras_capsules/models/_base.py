@@ -20,6 +20,25 @@ def is_auto(value):
     return isinstance(value, str) and value == "auto"
 
 
+def length_aware_rate(total_steps, start, decay_start, decay_rate, decay_steps):
+    """The learning rate of a default optimizer: `start` decayed to zero by
+    a cosine over `total_steps`, or without a length (`None`) `decay_start`
+    multiplied by `decay_rate` every `decay_steps`, continuously.
+
+    Raises:
+        ValueError: If `total_steps` is neither `None` nor a positive int.
+    """
+    total_steps = check_int(
+        total_steps, "total_steps", minimum=1, allow_none=True
+    )
+    schedules = keras.optimizers.schedules
+    if total_steps is None:
+        return schedules.ExponentialDecay(
+            decay_start, decay_steps=decay_steps, decay_rate=decay_rate
+        )
+    return schedules.CosineDecay(start, total_steps)
+
+
 class _ClassProperty:
     """A read-only attribute computed from the class it is read on."""
 

@@ -5,7 +5,6 @@ import keras
 from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_image_size
-from keras_capsules._validation import check_int
 from keras_capsules._validation import check_int_tuple
 from keras_capsules._validation import check_no_input_shape
 from keras_capsules._validation import check_non_negative_number
@@ -14,6 +13,7 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules.layers.dense_caps import DenseCaps
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.primary_caps import PrimaryCaps
+from keras_capsules.models._base import length_aware_rate
 from keras_capsules.models._capsule_classifier import CapsuleClassifier
 from keras_capsules.models._decoders import dense_decoder
 from keras_capsules.models._images import mask_non_finite
@@ -273,17 +273,7 @@ class CapsNet(CapsuleClassifier):
         Raises:
             ValueError: If `total_steps` is not a positive integer.
         """
-        total_steps = check_int(
-            total_steps, "total_steps", minimum=1, allow_none=True
-        )
-        if total_steps is None:
-            learning_rate = keras.optimizers.schedules.ExponentialDecay(
-                1e-3, decay_steps=2000, decay_rate=0.96
-            )
-        else:
-            learning_rate = keras.optimizers.schedules.CosineDecay(
-                1e-3, total_steps
-            )
+        learning_rate = length_aware_rate(total_steps, 1e-3, 1e-3, 0.96, 2000)
         return keras.optimizers.Adam(learning_rate)
 
     def get_config(self):

@@ -5,7 +5,6 @@ import keras
 from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_image_shape
 from keras_capsules._validation import check_image_size
-from keras_capsules._validation import check_int
 from keras_capsules._validation import check_no_input_shape
 from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_option
@@ -15,6 +14,7 @@ from keras_capsules.layers.em_conv_caps import EMConvCaps
 from keras_capsules.layers.primary_matrix_caps import PrimaryMatrixCaps
 from keras_capsules.losses.spread_loss import SpreadLoss
 from keras_capsules.models._base import CapsuleModel
+from keras_capsules.models._base import length_aware_rate
 from keras_capsules.models._images import mask_non_finite
 from keras_capsules.models._images import standardize as standardize_images
 from keras_capsules.ops.em import OFFICIAL_EM_CLASS_OPTIONS
@@ -335,17 +335,7 @@ class MatrixCapsNet(CapsuleModel, architectures=_ARCHITECTURES):
         Raises:
             ValueError: If `total_steps` is not a positive integer.
         """
-        total_steps = check_int(
-            total_steps, "total_steps", minimum=1, allow_none=True
-        )
-        if total_steps is None:
-            learning_rate = keras.optimizers.schedules.ExponentialDecay(
-                0.02, decay_steps=20000, decay_rate=0.96
-            )
-        else:
-            learning_rate = keras.optimizers.schedules.CosineDecay(
-                0.04, total_steps
-            )
+        learning_rate = length_aware_rate(total_steps, 0.04, 0.02, 0.96, 20000)
         return keras.optimizers.Adam(learning_rate, epsilon=1e-8)
 
     def default_loss(self):
