@@ -36,3 +36,16 @@ def non_finite_images(images, batch=True):
         copy[...] = np.nan
     cases["all_nan_image"] = copy
     return cases
+
+
+def assert_rejected(test, call, images, name, batch=True):
+    """Asserts that `call(copy)` raises, for every non-finite copy of
+    `images`, the `ValueError` that names argument `name` and the value."""
+    for case, copy in non_finite_images(images, batch=batch).items():
+        with test.subTest(case=case):
+            with test.assertRaisesRegex(
+                ValueError,
+                rf"Argument {name} must hold finite values.*Received: "
+                rf"{name}" + RECEIVED[case],
+            ):
+                call(copy)

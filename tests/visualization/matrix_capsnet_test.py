@@ -70,12 +70,10 @@ class ActivationMapsTest(TestCase):
             activation_maps(self.model, self.image, class_names="abcde")
 
     def test_rejects_non_finite_images(self):
-        cases = non_finite.non_finite_images(self.image, batch=False)
-        for case, image in cases.items():
-            with self.subTest(case=case):
-                with self.assertRaisesRegex(
-                    ValueError,
-                    r"Argument image must hold finite values.*Received: "
-                    r"image" + non_finite.RECEIVED[case],
-                ):
-                    activation_maps(self.model, image)
+        non_finite.assert_rejected(
+            self,
+            lambda image: activation_maps(self.model, image),
+            self.image,
+            "image",
+            batch=False,
+        )
