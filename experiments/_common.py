@@ -8,8 +8,9 @@ package without it), `--output-dir`, `--seed`, `--epochs`, `--batch-size`,
 `--max-minutes`, `--backup-dir`, `--log-csv` and `--smoke`.
 
 The training data of an experiment is a `SeededBatches`: batch `index` of
-epoch `epoch` depends only on `(seed, epoch, index)`, and `EpochSeeds`
-tells it the epoch that `fit` is in. A run interrupted and resumed with
+epoch `epoch` depends only on `(seed, epoch, index)`, and
+`keras_capsules.callbacks.DatasetEpoch` tells it the epoch that `fit` is
+in. A run interrupted and resumed with
 `--backup-dir` (`keras.callbacks.BackupAndRestore`, which restarts at the
 epoch after the last one saved) therefore trains on exactly the batches
 of an uninterrupted run.
@@ -119,36 +120,43 @@ class SeededBatches(keras.utils.PyDataset):
 
     `make_batch` must depend only on its arguments (and the seed it
     closes over), so that every batch is reproducible; `epoch` is set by
-    the `EpochSeeds` callback that `callback()` returns. Pass both to `fit`
-    with `shuffle=False`: Keras would otherwise shuffle the batches with
-    Python's global random state, which a resumed run does not restore.
+    a `keras_capsules.callbacks.DatasetEpoch` callback (`run_callbacks`
+    adds it). Pass both to `fit` with `shuffle=False`: Keras would otherwise
+    shuffle the batches with Python's global random state, which a
+    resumed run does not restore.
+
+    With `num_processes > 1`, process `process_id` takes its slice of
+    every batch (`keras.distribution.DataParallel(auto_shard_dataset=
+    False)`): the slices of all processes make up the single-process
+    stream. Every batch must then split evenly over the processes.
     """
 
-    def __init__(self, num_batches, make_batch, **kwargs):
+    def __init__(
+        self, num_batches, make_batch, num_processes=1, process_id=0, **kwargs
+    ):
         super().__init__(**kwargs)
         self.num_batches_per_epoch = num_batches
         self.make_batch = make_batch
+        self.num_processes = num_processes
+        self.process_id = process_id
         self.epoch = 0
 
     def __len__(self):
         return self.num_batches_per_epoch
 
     def __getitem__(self, index):
-        return self.make_batch(self.epoch, index)
-
-    def callback(self):
-        return EpochSeeds(self)
-
-
-class EpochSeeds(keras.callbacks.Callback):
-    """Tells a `SeededBatches` the epoch `fit` is in, resumed runs too."""
-
-    def __init__(self, data):
-        super().__init__()
-        self.data = data
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.data.epoch = epoch
+        batch = self.make_batch(self.epoch, index)
+        if self.num_processes == 1:
+            return batch
+        rows = len(batch[0])
+        if rows % self.num_processes:
+            raise ValueError(
+                f"Batch {index} holds {rows} examples, which do not split "
+                f"evenly over {self.num_processes} processes."
+            )
+        share = rows // self.num_processes
+        chosen = slice(self.process_id * share, (self.process_id + 1) * share)
+        return tuple(part[chosen] for part in batch)
 
 
 def transformed_digits(images, labels, batch_size, seed, transform):
@@ -195,7 +203,45 @@ def run_callbacks(args, data, *callbacks):
         callbacks.append(keras.callbacks.BackupAndRestore(args.backup_dir))
     if args.log_csv:
         callbacks.append(keras.callbacks.CSVLogger(args.log_csv, append=True))
-    return callbacks + [data.callback()]
+    return callbacks + [keras_capsules.callbacks.DatasetEpoch(data)]
+
+
+# Small networks for checks and smoke runs: each step takes a fraction of a
+# second on a CPU, and all of them still route (CapsNet by agreement over
+# 144 primary capsules, EfficientCapsNet by self-attention, MatrixCapsNet
+# by EM in three layers).
+SMALL_MODELS = ("capsnet", "efficient_capsnet", "matrix_capsnet")
+
+
+def small_model(name):
+    """The smallest network of a model family, uncompiled, for 28x28
+    MNIST digits: CapsNet with 16 filters and 4 capsules of 4 dimensions
+    and two routing iterations, EfficientCapsNet's MNIST network (160K
+    parameters), and MatrixCapsNet's `tiny` preset with one iteration."""
+    models = keras_capsules.models
+    if name == "capsnet":
+        return models.CapsNet(
+            image_shape=mnist.IMAGE_SHAPE,
+            num_classes=mnist.NUM_CLASSES,
+            conv_filters=16,
+            num_primary_capsules=4,
+            primary_capsule_dim=4,
+            capsule_dim=4,
+            routing_iterations=2,
+            decoder_units=(16,),
+        )
+    if name == "efficient_capsnet":
+        return models.EfficientCapsNet.from_preset("mnist")
+    if name == "matrix_capsnet":
+        return models.MatrixCapsNet.from_preset(
+            "tiny",
+            image_shape=mnist.IMAGE_SHAPE,
+            num_classes=mnist.NUM_CLASSES,
+            routing_iterations=1,
+        )
+    raise ValueError(
+        f"Expected a model among {SMALL_MODELS}. Received: name={name!r}"
+    )
 
 
 def sabour_cnn(input_shape, num_classes=10, num_labels=1, pool=True):

@@ -73,17 +73,15 @@ print(f"Validation accuracy of the preset: {start_accuracy['accuracy']:.4f}")
 train = mnist.ShiftedDigits(x_train, y_train, args.batch_size, seed=args.seed)
 model.compile(total_steps=args.epochs * len(train))
 
-callbacks = [_common.TimeLimit(args.max_minutes)]
-if args.backup_dir:
-    callbacks.append(keras.callbacks.BackupAndRestore(args.backup_dir))
-if args.log_csv:
-    callbacks.append(keras.callbacks.CSVLogger(args.log_csv, append=True))
 start = time.time()
 history = model.fit(
     train,
     epochs=args.epochs,
     validation_data=(x_val, y_val),
-    callbacks=callbacks,
+    callbacks=_common.run_callbacks(
+        args, train, _common.TimeLimit(args.max_minutes)
+    ),
+    shuffle=False,
     verbose=1,
 )
 minutes = (time.time() - start) / 60

@@ -45,21 +45,6 @@ NUM_CLASSES = 10
 INPUT_SHAPE = (28, 28, 1)
 SUPPORTED_BACKENDS = ("tensorflow", "jax")
 
-# Small networks for checks and smoke runs: each step takes a fraction of a
-# second on a CPU, and both still route (CapsNet by agreement over 144
-# primary capsules, MatrixCapsNet by EM in three layers).
-TINY_CONFIGS = {
-    "capsnet": dict(
-        conv_filters=16,
-        num_primary_capsules=4,
-        primary_capsule_dim=4,
-        capsule_dim=4,
-        routing_iterations=2,
-        decoder_units=(16,),
-    ),
-    # The sizes of MatrixCapsNet's "tiny" preset, with one iteration.
-    "matrix_capsnet": dict(routing_iterations=1),
-}
 SMOKE_STEPS = 2
 SMOKE_BATCH_SIZE = 8
 
@@ -260,18 +245,19 @@ class Engine:
 
 def build_model(args):
     """The model of `--model` and `--preset`, not yet compiled."""
+    # Imported late as it imports Keras (see `main`).
+    import _common
+
     import keras_capsules
 
-    config = TINY_CONFIGS[args.model] if args.preset == "tiny" else {}
+    if args.preset == "tiny":
+        return _common.small_model(args.model)
     if args.model == "capsnet":
         return keras_capsules.models.CapsNet(
-            image_shape=INPUT_SHAPE, num_classes=NUM_CLASSES, **config
+            image_shape=INPUT_SHAPE, num_classes=NUM_CLASSES
         )
     return keras_capsules.models.MatrixCapsNet.from_preset(
-        "tiny" if args.preset == "tiny" else "full",
-        image_shape=INPUT_SHAPE,
-        num_classes=NUM_CLASSES,
-        **config,
+        "full", image_shape=INPUT_SHAPE, num_classes=NUM_CLASSES
     )
 
 

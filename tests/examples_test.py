@@ -172,7 +172,11 @@ class RecipeSmokeTest(TestCase):
     @parameterized.named_parameters(_named(_SCRIPTS))
     def test_smoke(self, script):
         output = run_recipe(script, cwd=self.get_temp_dir())
-        self.assertIn("predicts the same", output)
+        # The EfficientCapsNet recipe, which may run in several processes,
+        # compares weights: `predict` fails in a multi-process job.
+        self.assertRegex(
+            output, "predicts the same|loads with the trained weights"
+        )
 
     def test_custom_images_from_a_preset(self):
         # Five digits of the sample as train and test folders: a preset

@@ -259,6 +259,22 @@ class ShiftedDigits(keras.utils.PyDataset):
     every backend, with any number of workers, however often Keras reads a
     batch ahead (TensorFlow reads two to learn their shapes).
 
+    `epoch` advances at the end of every epoch. A run resumed by
+    `keras.callbacks.BackupAndRestore` starts `fit` at a later epoch: pass
+    `keras_capsules.callbacks.DatasetEpoch(dataset)` to `fit`, with
+    `shuffle=False` (Keras would otherwise shuffle the batches with
+    Python's global random state), and the resumed run trains on the
+    batches of an uninterrupted one.
+
+    Data-parallel training over several processes (hosts), each feeding
+    its own share of every batch (`keras.distribution.DataParallel(
+    auto_shard_dataset=False)`): give every process the same `x`, `y`,
+    `batch_size` and `seed`, and its own `process_id`. Process `p` of
+    `num_processes` then takes the `p`-th slice of each batch of the
+    single-process stream, `batch_size // num_processes` images, with the
+    shifts they have there; the slices of all processes make up that
+    stream.
+
     Sabour et al., 2017, [Dynamic Routing Between Capsules](
     https://arxiv.org/abs/1710.09829), section 5.
 
@@ -266,17 +282,23 @@ class ShiftedDigits(keras.utils.PyDataset):
         x: Images, an array of shape `(N, height, width, channels)`.
         y: Labels, an array of `N` rows.
         batch_size: Positive int, images per batch (the last batch may be
-            smaller). Defaults to `128`.
+            smaller), over all processes. Defaults to `128`.
         seed: Int `>= 0` seeding the order and the shifts. Defaults to `0`.
         max_shift: Int `>= 0`, the largest shift in pixels along each axis.
             Defaults to `2`, the paper's.
+        num_processes: Positive int, the number of processes that share
+            every batch; `batch_size` and the size of the last batch must
+            be multiples of it. Defaults to `1`.
+        process_id: Int in `[0, num_processes)`, the share this process
+            takes. Defaults to `0`.
         **kwargs: `workers`, `use_multiprocessing` and `max_queue_size` of
             `keras.utils.PyDataset`.
 
     Raises:
         ValueError: If `x` is not of rank 4 or holds NaN or an infinity,
-            `y` does not hold one row per image, or another argument is out
-            of its range.
+            `y` does not hold one row per image, a batch cannot be split
+            evenly over `num_processes`, or another argument is out of its
+            range.
 
     Example:
 
@@ -286,10 +308,24 @@ class ShiftedDigits(keras.utils.PyDataset):
     >>> batches = mnist.ShiftedDigits(x, y, batch_size=100)
     >>> len(batches), batches[0][0].shape
     (10, (100, 28, 28, 1))
+    >>> share = mnist.ShiftedDigits(
+    ...     x, y, batch_size=100, num_processes=2, process_id=1
+    ... )
+    >>> len(share), share[0][0].shape
+    (10, (50, 28, 28, 1))
     """
 
     def __init__(
-        self, x, y, batch_size=128, seed=0, max_shift=_MAX_SHIFT, **kwargs
+        self,
+        x,
+        y,
+        batch_size=128,
+        seed=0,
+        max_shift=_MAX_SHIFT,
+        *,
+        num_processes=1,
+        process_id=0,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         owner = "mnist.ShiftedDigits"
@@ -310,12 +346,44 @@ class ShiftedDigits(keras.utils.PyDataset):
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)
         self.seed = check_int(seed, "seed", owner=owner)
         self.max_shift = check_int(max_shift, "max_shift", owner=owner)
+        self.num_processes = check_positive_int(
+            num_processes, "num_processes", owner
+        )
+        self.process_id = check_int(process_id, "process_id", owner=owner)
+        if self.process_id >= self.num_processes:
+            raise ValueError(
+                f"`{owner}`: argument `process_id` must be below "
+                f"num_processes ({self.num_processes}). "
+                f"Received: process_id={process_id}"
+            )
+        # Every process must feed a batch of the same shape, else JAX
+        # cannot assemble the global batch.
+        if self.batch_size % self.num_processes:
+            raise ValueError(
+                f"`{owner}`: argument `batch_size` must be a multiple of "
+                f"num_processes ({self.num_processes}). "
+                f"Received: batch_size={batch_size}"
+            )
+        last = len(self.x) % self.batch_size
+        if last % self.num_processes:
+            raise ValueError(
+                f"`{owner}`: the last batch of the {len(self.x)} images, "
+                f"{last}, must split evenly over num_processes "
+                f"({self.num_processes}); pass a number of images that "
+                f"does. Received: x.shape={x.shape}"
+            )
         self.epoch = 0
-        self._order = self._epoch_order()
 
-    def _epoch_order(self):
-        rng = np.random.default_rng([self.seed, self.epoch])
-        return rng.permutation(len(self.x))
+    @property
+    def epoch(self):
+        """The epoch whose order and shifts the batches follow."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value):
+        self._epoch = check_int(value, "epoch", owner="mnist.ShiftedDigits")
+        rng = np.random.default_rng([self.seed, self._epoch])
+        self._order = rng.permutation(len(self.x))
 
     def __len__(self):
         return -(-len(self.x) // self.batch_size)
@@ -323,10 +391,16 @@ class ShiftedDigits(keras.utils.PyDataset):
     def __getitem__(self, index):
         batch = self._order[index * self.batch_size :][: self.batch_size]
         m = self.max_shift
-        padded = np.pad(self.x[batch], ((0, 0), (m, m), (m, m), (0, 0)))
         height, width = self.x.shape[1:3]
         rng = np.random.default_rng([self.seed, self.epoch, index])
+        # Drawn for the whole batch, so that a process's share has the
+        # shifts it has in the single-process stream.
         rows, cols = rng.integers(0, 2 * m + 1, size=(2, len(batch)))
+        share = len(batch) // self.num_processes
+        start = self.process_id * share
+        chosen = slice(start, start + share)
+        batch, rows, cols = batch[chosen], rows[chosen], cols[chosen]
+        padded = np.pad(self.x[batch], ((0, 0), (m, m), (m, m), (0, 0)))
         images = [
             image[r : r + height, c : c + width]
             for image, r, c in zip(padded, rows, cols)
@@ -335,7 +409,6 @@ class ShiftedDigits(keras.utils.PyDataset):
 
     def on_epoch_end(self):
         self.epoch += 1
-        self._order = self._epoch_order()
 
 
 def load(

@@ -15,6 +15,7 @@ The trained presets that ship with the package are such directories under
 """
 
 import collections
+import contextlib
 import datetime
 import json
 import os
@@ -331,16 +332,30 @@ def save(model, directory, metadata, weights_dtype):
     weights = os.path.join(directory, WEIGHTS_FILE)
     # `save_weights` of a compiled model also writes the optimizer's
     # variables (two per weight for Adam); an uncompiled copy holds the
-    # weights alone.
-    copy = type(model).from_config(model.get_config())
-    copy.set_weights(model.get_weights())
-    copy.save_weights(weights, overwrite=True)
+    # weights alone. It is built outside any `keras.distribution`: under
+    # one that spans several processes, building a model is a collective
+    # step that would wait for the other processes, and only one writes.
+    with no_distribution():
+        copy = type(model).from_config(model.get_config())
+        copy.set_weights(model.get_weights())
+        copy.save_weights(weights, overwrite=True)
     if weights_dtype != "float32":
         cast_weights_file(weights, weights_dtype)
     with open(
         os.path.join(directory, METADATA_FILE), "w", encoding="utf-8"
     ) as f:
         f.write(metadata_json + "\n")
+
+
+@contextlib.contextmanager
+def no_distribution():
+    """Runs its block without the global `keras.distribution`, if any."""
+    distribution = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(distribution)
 
 
 def describe(model, weights_dtype):

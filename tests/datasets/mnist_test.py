@@ -305,6 +305,55 @@ class ShiftedDigitsTest(testing.TestCase):
         )
         self.assertLen(history.history["loss"], 2)
 
+    def test_processes_share_every_batch_of_the_single_process_stream(self):
+        x, y = mnist.load_sample("test")
+        x, y = x[:200], y[:200]  # Three batches of 64 and one of 8.
+        whole = mnist.ShiftedDigits(x, y, batch_size=64, seed=3)
+        for num_processes in (2, 4):
+            shares = [
+                mnist.ShiftedDigits(
+                    x,
+                    y,
+                    batch_size=64,
+                    seed=3,
+                    num_processes=num_processes,
+                    process_id=p,
+                )
+                for p in range(num_processes)
+            ]
+            for epoch in (0, 1):
+                whole.epoch = epoch
+                for share in shares:
+                    share.epoch = epoch
+                for index in range(len(whole)):
+                    images, labels = whole[index]
+                    parts = [share[index] for share in shares]
+                    self.assertEqual(
+                        {len(part[0]) for part in parts},
+                        {len(images) // num_processes},
+                    )
+                    # In order: process p holds the p-th slice.
+                    np.testing.assert_array_equal(
+                        np.concatenate([part[0] for part in parts]), images
+                    )
+                    np.testing.assert_array_equal(
+                        np.concatenate([part[1] for part in parts]), labels
+                    )
+
+    def test_epoch_can_be_set(self):
+        x, y = mnist.load_sample("test")
+        advanced = mnist.ShiftedDigits(x, y, batch_size=100, seed=1)
+        for _ in range(3):
+            advanced.on_epoch_end()
+        resumed = mnist.ShiftedDigits(x, y, batch_size=100, seed=1)
+        resumed.epoch = 3
+        self.assertEqual(advanced.epoch, 3)
+        for index in (0, 4, 9):
+            np.testing.assert_array_equal(advanced[index][0], resumed[index][0])
+            np.testing.assert_array_equal(advanced[index][1], resumed[index][1])
+        with self.assertRaisesRegex(ValueError, "Received: epoch=-1"):
+            resumed.epoch = -1
+
     @parameterized.named_parameters(
         (
             "images_rank",
@@ -328,6 +377,34 @@ class ShiftedDigitsTest(testing.TestCase):
             "max_shift",
             dict(max_shift=1.5),
             "max_shift.*Received: max_shift=1.5",
+        ),
+        (
+            "num_processes",
+            dict(num_processes=0),
+            "num_processes.*Received: num_processes=0",
+        ),
+        (
+            "process_id",
+            dict(num_processes=2, process_id=2),
+            r"process_id.*below num_processes \(2\).*"
+            "Received: process_id=2",
+        ),
+        (
+            "batch_size_over_processes",
+            dict(batch_size=3, num_processes=2),
+            r"batch_size.*multiple of num_processes \(2\).*"
+            "Received: batch_size=3",
+        ),
+        (
+            "last_batch_over_processes",
+            dict(
+                x=np.zeros((5, 28, 28, 1)),
+                y=np.zeros((5, 10)),
+                batch_size=4,
+                num_processes=2,
+            ),
+            r"last batch of the 5 images, 1, must split evenly over "
+            r"num_processes \(2\).*Received: x.shape=\(5, 28, 28, 1\)",
         ),
     )
     def test_invalid_arguments(self, kwargs, pattern):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from absl.testing import parameterized
 
+import keras_capsules
 from keras_capsules.datasets import mnist
 from keras_capsules.testing import TestCase
 
@@ -98,7 +99,7 @@ class MultiMNISTResumeTest(TestCase):
         callbacks = [keras.callbacks.BackupAndRestore(backup_dir)]
         if interrupt_at is not None:
             callbacks.append(Interrupt(interrupt_at))
-        callbacks.append(data.callback())
+        callbacks.append(keras_capsules.callbacks.DatasetEpoch(data))
         try:
             model.fit(
                 data,
@@ -161,6 +162,37 @@ class SeededBatchesTest(TestCase):
             seen.tolist(),
             np.concatenate([y.argmax(-1) for _, y in epoch1]).tolist(),
         )
+
+    def test_processes_share_every_batch(self):
+        common = load_experiment("_common")
+        rng = np.random.default_rng(0)
+        images = rng.integers(0, 256, (12, 4, 4), dtype="uint8")
+        labels = np.arange(12) % 10
+
+        def shift(batch, seed):
+            return np.roll(batch, seed % 3, axis=1)
+
+        whole = common.transformed_digits(images, labels, 4, 7, shift)
+        shares = []
+        for process_id in (0, 1):
+            share = common.transformed_digits(images, labels, 4, 7, shift)
+            share.num_processes, share.process_id = 2, process_id
+            shares.append(share)
+        for epoch in (0, 1):
+            for data in [whole, *shares]:
+                data.epoch = epoch
+            for index in range(len(whole)):
+                for part, expected in zip(
+                    zip(*(share[index] for share in shares)), whole[index]
+                ):
+                    np.testing.assert_array_equal(
+                        np.concatenate(part), expected
+                    )
+        odd = common.SeededBatches(
+            1, lambda epoch, index: (np.zeros((3, 1)),), num_processes=2
+        )
+        with self.assertRaisesRegex(ValueError, "3 examples.*2 processes"):
+            odd[0]
 
 
 class ViewpointAnglesTest(TestCase):

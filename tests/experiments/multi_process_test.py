@@ -1,0 +1,191 @@
+"""Two processes on this machine train as one (JAX's distributed runtime,
+gloo collectives on the CPU, `keras.distribution.DataParallel`).
+
+`experiments/multi_process.py --processes 2` starts two processes, each
+pinned to one core, that join one job, assert that JAX sees two processes,
+and train the smallest network of each family on their own halves of
+every global batch of `mnist.ShiftedDigits`. The tests check that both end
+with the same weights, that these are the weights of one process trained
+on the whole global batches (and not those of a process trained on its
+half alone), that the preset process 0 alone wrote holds them, and that a
+two-process run stopped at an epoch boundary and resumed from its backups
+ends with the weights of the uninterrupted run.
+
+Every launch stops all its processes after `--timeout` with the logs of
+both, so that a process left waiting in a collective fails the test
+instead of hanging it. The cases run in the JAX job only.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_capsules
+from keras_capsules.testing import TestCase
+from tests.experiments.experiments_test import load_experiment
+
+_SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    "experiments",
+    "multi_process.py",
+)
+_MODELS = ("capsnet", "efficient_capsnet", "matrix_capsnet")
+# Two epochs of two steps at a global batch of 16 (8 per process), with
+# plain SGD: its update is linear in the gradient, so the runs differ only
+# in the order of the float32 sums of the all-reduce.
+_FLAGS = (
+    "--steps",
+    "2",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "16",
+    "--learning-rate",
+    "0.1",
+)
+# As in data_parallel_test: a few ulps per step; a replica that counted a
+# loss term twice, or trained on its half alone, moves the weights by the
+# order of the update itself.
+_RELATIVE_WEIGHT_TOLERANCE = 1e-3
+_ABSOLUTE_WEIGHT_TOLERANCE = 1e-5
+_TIMEOUT = 300
+
+
+def _launch(output_dir, *flags):
+    """Runs the two-process job; returns process 0's JSON summary and the
+    `.npz` reports of both processes."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            _SCRIPT,
+            "--processes",
+            "2",
+            "--threads",
+            "1",
+            "--timeout",
+            str(_TIMEOUT),
+            "--output-dir",
+            output_dir,
+            *_FLAGS,
+            *flags,
+        ],
+        env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        # The launcher stops its processes after _TIMEOUT; this is a
+        # safety net above it.
+        timeout=_TIMEOUT + 60,
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            "multi_process.py --processes 2 failed:\n"
+            f"{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+        )
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    reports = [
+        dict(np.load(os.path.join(output_dir, f"process_{i}.npz")))
+        for i in range(2)
+    ]
+    return summary, reports
+
+
+def _weights(report, model, key):
+    count = sum(k.startswith(f"{model}/{key}/") for k in report)
+    return [report[f"{model}/{key}/{i}"] for i in range(count)]
+
+
+def _max_difference(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax",
+    reason="Keras's multi-process engine is keras.distribution on JAX; "
+    "the JAX job runs this.",
+)
+class TwoProcessTest(TestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.experiment = load_experiment("multi_process")
+
+    def test_two_processes_train_as_one_process(self):
+        output_dir = self.get_temp_dir()
+        summary, (first, second) = _launch(output_dir, "--models", *_MODELS)
+        self.assertEqual(summary["processes"], 2)
+        self.assertEqual(sorted(first), sorted(second))
+        for key in first:
+            np.testing.assert_array_equal(
+                first[key], second[key], err_msg=f"processes differ: {key}"
+            )
+
+        args = self.experiment.parse_args(list(_FLAGS))
+        for model in _MODELS:
+            with self.subTest(model=model):
+                initial = _weights(first, model, "initial")
+                final = _weights(first, model, "final")
+                # The same global batches in one process, and process 0's
+                # halves alone, from the same weights.
+                _, whole = self.experiment.train(model, args, 1, 0, initial)
+                _, half = self.experiment.train(model, args, 2, 0, initial)
+                update = _max_difference(final, initial)
+                self.assertGreater(update, 1e-6, "training changed nothing")
+                tolerance = min(
+                    _ABSOLUTE_WEIGHT_TOLERANCE,
+                    _RELATIVE_WEIGHT_TOLERANCE * update,
+                )
+                self.assertLessEqual(
+                    _max_difference(final, whole["final"]), tolerance
+                )
+                self.assertAllClose(
+                    first[f"{model}/loss"], whole["loss"], rtol=1e-5, atol=0
+                )
+                self.assertGreater(
+                    _max_difference(final, half["final"]), 10 * tolerance
+                )
+                # Process 0 alone wrote the preset, with the final weights.
+                preset = keras_capsules.models.from_preset(
+                    os.path.join(output_dir, f"{model}_preset")
+                )
+                for saved, trained in zip(preset.get_weights(), final):
+                    np.testing.assert_array_equal(saved, trained)
+
+    def test_resumed_run_ends_as_an_uninterrupted_run(self):
+        temp = self.get_temp_dir()
+        backup = os.path.join(temp, "backup")
+        _, whole = _launch(os.path.join(temp, "whole"), "--models", "capsnet")
+        summary, cut = _launch(
+            os.path.join(temp, "cut"),
+            "--models",
+            "capsnet",
+            "--backup-dir",
+            backup,
+            "--interrupt-at-epoch",
+            "1",
+        )
+        self.assertTrue(summary["models"]["capsnet"]["interrupted"])
+        # Each process backs up in its own folder.
+        self.assertEqual(sorted(os.listdir(backup)), ["process_0", "process_1"])
+        _, resumed = _launch(
+            os.path.join(temp, "resumed"),
+            "--models",
+            "capsnet",
+            "--backup-dir",
+            backup,
+        )
+        final = _weights(whole[0], "capsnet", "final")
+        # The interrupted run trained epoch 0 only.
+        self.assertGreater(
+            _max_difference(_weights(cut[0], "capsnet", "final"), final), 0
+        )
+        for process in resumed:
+            self.assertFalse(process["capsnet/interrupted"])
+            for got, expected in zip(
+                _weights(process, "capsnet", "final"), final
+            ):
+                np.testing.assert_array_equal(got, expected)
