@@ -391,14 +391,6 @@ def work(args):
         # cores this process may run on.
         os.sched_setaffinity(0, [int(c) for c in cores.split(",")])
     num_processes, process_id = process_layout()
-    if keras.backend.backend() != "jax":
-        print(
-            "Multi-process training is not supported on the "
-            f"{keras.backend.backend()} backend: Keras 3's multi-process "
-            "engine is keras.distribution on JAX. Set KERAS_BACKEND=jax.",
-            file=sys.stderr,
-        )
-        return 1
     if num_processes > 1:
         # Before any array exists; reads the KERAS_DISTRIBUTION_* variables.
         keras.distribution.initialize()
@@ -462,6 +454,14 @@ def work(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    if keras.backend.backend() != "jax":
+        print(
+            "Multi-process training is not supported on the "
+            f"{keras.backend.backend()} backend: Keras 3's multi-process "
+            "engine is keras.distribution on JAX. Set KERAS_BACKEND=jax.",
+            file=sys.stderr,
+        )
+        return 1
     if args.processes is not None:
         return launch(args, argv)
     return work(args)
