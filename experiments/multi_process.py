@@ -172,12 +172,11 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def launch(args, argv):
+def launch(args):
     """Starts `--processes` copies of this script on this machine as one
     job, waits for all of them and returns the exit code: 0, or 1 if a
     process failed or the job outlasted `--timeout` (then every process is
     stopped, so that none waits forever in a collective)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     os.makedirs(args.output_dir, exist_ok=True)
     address = f"localhost:{free_port()}"
     cores = sorted(os.sched_getaffinity(0)) if args.threads else []
@@ -201,7 +200,7 @@ def launch(args, argv):
             processes.append(
                 subprocess.Popen(
                     [sys.executable, os.path.abspath(__file__)]
-                    + worker_argv(argv),
+                    + worker_argv(args),
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -235,20 +234,15 @@ def launch(args, argv):
     return 0
 
 
-def worker_argv(argv):
-    """The launcher's arguments without those only the launcher reads."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg in ("--processes", "--threads", "--timeout"):
-            skip = True
-            continue
-        if arg.split("=")[0] in ("--processes", "--threads", "--timeout"):
-            continue
-        out.append(arg)
-    return out
+def worker_argv(args):
+    """The command line of one process of the job that `args` describe."""
+    argv = ["--models", *args.models, "--architecture", args.architecture]
+    for flag in ("batch_size", "steps", "epochs", "seed", "output_dir"):
+        argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    for flag in ("learning_rate", "backup_dir", "interrupt_at_epoch"):
+        if getattr(args, flag) is not None:
+            argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    return argv + (["--timing"] if args.timing else [])
 
 
 def process_layout():
@@ -463,7 +457,7 @@ def main(argv=None):
         )
         return 1
     if args.processes is not None:
-        return launch(args, argv)
+        return launch(args)
     return work(args)
 
 

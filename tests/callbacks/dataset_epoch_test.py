@@ -1,13 +1,11 @@
 import os
 
-import keras
 import numpy as np
 
 from keras_capsules.callbacks import DatasetEpoch
 from keras_capsules.datasets import mnist
 from keras_capsules.testing import TestCase
-from tests.experiments.experiments_test import Interrupt
-from tests.experiments.experiments_test import Recorder
+from tests import resume
 
 
 class DatasetEpochTest(TestCase):
@@ -16,28 +14,8 @@ class DatasetEpochTest(TestCase):
         its model, backed up in `backup_dir`."""
         x, y = mnist.load_sample("test")
         data = mnist.ShiftedDigits(x[:32], y[:32], batch_size=16, seed=5)
-        seen = []
-        model = keras.Sequential(
-            [
-                keras.Input((28, 28, 1)),
-                Recorder(seen),
-                keras.layers.Flatten(),
-                keras.layers.Dense(10, activation="softmax"),
-            ]
-        )
-        model.compile("sgd", "categorical_crossentropy", run_eagerly=True)
-        callbacks = [keras.callbacks.BackupAndRestore(backup_dir)]
-        if interrupt_at is not None:
-            callbacks.append(Interrupt(interrupt_at))
-        if synced:
-            callbacks.append(DatasetEpoch(data))
-        try:
-            model.fit(
-                data, epochs=4, callbacks=callbacks, shuffle=False, verbose=0
-            )
-        except KeyboardInterrupt:
-            pass
-        return seen
+        callbacks = [DatasetEpoch(data)] if synced else []
+        return resume.batches_seen(data, 4, backup_dir, interrupt_at, callbacks)
 
     def test_resumed_run_sees_the_batches_of_an_uninterrupted_run(self):
         temp = self.get_temp_dir()

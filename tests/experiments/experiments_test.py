@@ -15,6 +15,7 @@ from absl.testing import parameterized
 import keras_capsules
 from keras_capsules.datasets import mnist
 from keras_capsules.testing import TestCase
+from tests import resume
 
 _EXPERIMENTS_DIR = os.path.join(
     os.path.dirname(
@@ -44,35 +45,6 @@ def load_experiment(name):
     return module
 
 
-class Recorder(keras.layers.Layer):
-    """Passes its input through, keeping a copy of every training batch."""
-
-    def __init__(self, seen, **kwargs):
-        super().__init__(**kwargs)
-        # A bound method: Keras would track (and copy) a list attribute.
-        self.record = seen.append
-
-    def call(self, x, training=None):
-        if training:
-            self.record(keras.ops.convert_to_numpy(x))
-        return x
-
-
-class Interrupt(keras.callbacks.Callback):
-    """Raises before batch 1 of epoch `epoch`, as a killed run would stop."""
-
-    def __init__(self, epoch):
-        super().__init__()
-        self.epoch = epoch
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.current = epoch
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self.current == self.epoch and batch == 1:
-            raise KeyboardInterrupt("interrupted")
-
-
 class MultiMNISTResumeTest(TestCase):
     def pairs_seen(self, argv, backup_dir, interrupt_at=None):
         """The training batches a run of `multi_mnist` feeds its model."""
@@ -86,31 +58,15 @@ class MultiMNISTResumeTest(TestCase):
         data = multi_mnist.labels_only(
             multi_mnist.training_pairs(images, labels[:300].argmax(-1), args)
         )
-        seen = []
-        model = keras.Sequential(
-            [
-                keras.Input((36, 36, 1)),
-                Recorder(seen),
-                keras.layers.Flatten(),
-                keras.layers.Dense(10, activation="sigmoid"),
-            ]
+        return resume.batches_seen(
+            data,
+            args.epochs,
+            backup_dir,
+            interrupt_at,
+            [keras_capsules.callbacks.DatasetEpoch(data)],
+            activation="sigmoid",
+            loss="binary_crossentropy",
         )
-        model.compile("sgd", "binary_crossentropy", run_eagerly=True)
-        callbacks = [keras.callbacks.BackupAndRestore(backup_dir)]
-        if interrupt_at is not None:
-            callbacks.append(Interrupt(interrupt_at))
-        callbacks.append(keras_capsules.callbacks.DatasetEpoch(data))
-        try:
-            model.fit(
-                data,
-                epochs=args.epochs,
-                callbacks=callbacks,
-                shuffle=False,
-                verbose=0,
-            )
-        except KeyboardInterrupt:
-            pass
-        return seen
 
     @parameterized.named_parameters(
         ("new_pairs_every_epoch", ()), ("fixed_pairs", ("--fixed-pairs",))
@@ -132,6 +88,11 @@ class MultiMNISTResumeTest(TestCase):
         self.assertFalse(np.array_equal(whole[0], whole[2]))
 
 
+def _roll(batch, seed):
+    """A transform of `transformed_digits` that depends on its seed."""
+    return np.roll(batch, seed % 3, axis=1)
+
+
 class SeededBatchesTest(TestCase):
     def test_batches_depend_only_on_seed_epoch_and_index(self):
         common = load_experiment("_common")
@@ -139,11 +100,8 @@ class SeededBatchesTest(TestCase):
         images = rng.integers(0, 256, (10, 4, 4), dtype="uint8")
         labels = np.arange(10) % 10
 
-        def shift(batch, seed):
-            return np.roll(batch, seed % 3, axis=1)
-
         def epochs(seed):
-            data = common.transformed_digits(images, labels, 4, seed, shift)
+            data = common.transformed_digits(images, labels, 4, seed, _roll)
             first = [data[i] for i in range(len(data))]
             data.epoch = 1
             return first, [data[i] for i in range(len(data))]
@@ -169,13 +127,10 @@ class SeededBatchesTest(TestCase):
         images = rng.integers(0, 256, (12, 4, 4), dtype="uint8")
         labels = np.arange(12) % 10
 
-        def shift(batch, seed):
-            return np.roll(batch, seed % 3, axis=1)
-
-        whole = common.transformed_digits(images, labels, 4, 7, shift)
+        whole = common.transformed_digits(images, labels, 4, 7, _roll)
         shares = []
         for process_id in (0, 1):
-            share = common.transformed_digits(images, labels, 4, 7, shift)
+            share = common.transformed_digits(images, labels, 4, 7, _roll)
             share.num_processes, share.process_id = 2, process_id
             shares.append(share)
         for epoch in (0, 1):
