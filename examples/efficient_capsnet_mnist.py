@@ -48,7 +48,7 @@ parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument(
     "--output-dir", default=os.path.join("runs", "efficient_capsnet")
 )
-parser.add_argument("--smoke", action="store_true", help="Three tiny steps.")
+parser.add_argument("--smoke", action="store_true", help="Two tiny steps.")
 args = parser.parse_args()
 print(f"Keras {keras.__version__}, backend: {keras.backend.backend()}")
 
@@ -58,7 +58,9 @@ print(f"Keras {keras.__version__}, backend: {keras.backend.backend()}")
 
 num_processes = int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", 1))
 process_id = int(os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID", 0))
+share = dict(num_processes=num_processes, process_id=process_id)
 if num_processes > 1:
+    share["drop_remainder"] = True  # so every batch splits over all devices
     # Before any array exists; every process feeds its own share (below).
     keras.distribution.initialize()
     keras.distribution.set_distribution(
@@ -83,21 +85,20 @@ x_train, y_train = load_mnist("train")
 x_test, y_test = load_mnist("test")
 if args.smoke:
     args.epochs = 1
-    n = 3 * args.batch_size  # batches that split over 2 or 4 processes
+    n = 2 * args.batch_size + 8
     x_train, y_train = x_train[:n], y_train[:n]
     x_test, y_test = x_test[:16], y_test[:16]
 num_validation = len(x_train) // 12
 x_val, y_val = x_train[-num_validation:], y_train[-num_validation:]
 x_train, y_train = x_train[:-num_validation], y_train[:-num_validation]
 
-
 """
 ## The model: depthwise primary capsules routed by self-attention
 """
 
 model = keras_capsules.models.EfficientCapsNet()
-shares = dict(num_processes=num_processes, process_id=process_id)
-train = mnist.ShiftedDigits(x_train, y_train, args.batch_size, **shares)
+# batch_size is that of all processes together.
+train = mnist.ShiftedDigits(x_train, y_train, args.batch_size, **share)
 model.compile(total_steps=args.epochs * len(train))
 if process_id == 0:
     model.summary()

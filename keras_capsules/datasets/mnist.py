@@ -291,6 +291,10 @@ class ShiftedDigits(keras.utils.PyDataset):
             be multiples of it. Defaults to `1`.
         process_id: Int in `[0, num_processes)`, the share this process
             takes. Defaults to `0`.
+        drop_remainder: Bool, whether to leave out the last batch when it
+            is smaller than `batch_size` (its images are then seen in other
+            epochs' batches): every batch then splits over all the devices
+            of a job whose global batch does. Defaults to `False`.
         **kwargs: `workers`, `use_multiprocessing` and `max_queue_size` of
             `keras.utils.PyDataset`.
 
@@ -299,6 +303,7 @@ class ShiftedDigits(keras.utils.PyDataset):
             `y` does not hold one row per image, a batch cannot be split
             evenly over `num_processes`, or another argument is out of its
             range.
+        TypeError: If `drop_remainder` is not a bool.
 
     Example:
 
@@ -325,6 +330,7 @@ class ShiftedDigits(keras.utils.PyDataset):
         *,
         num_processes=1,
         process_id=0,
+        drop_remainder=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -364,13 +370,22 @@ class ShiftedDigits(keras.utils.PyDataset):
                 f"num_processes ({self.num_processes}). "
                 f"Received: batch_size={batch_size}"
             )
-        last = len(self.x) % self.batch_size
+        self.drop_remainder = check_bool(
+            drop_remainder, "drop_remainder", owner=owner
+        )
+        last = 0 if self.drop_remainder else len(self.x) % self.batch_size
         if last % self.num_processes:
             raise ValueError(
                 f"`{owner}`: the last batch of the {len(self.x)} images, "
                 f"{last}, must split evenly over num_processes "
-                f"({self.num_processes}); pass a number of images that "
-                f"does. Received: x.shape={x.shape}"
+                f"({self.num_processes}); pass drop_remainder=True or a "
+                f"number of images that does. Received: x.shape={x.shape}"
+            )
+        if self.drop_remainder and len(self.x) < self.batch_size:
+            raise ValueError(
+                f"`{owner}`: with drop_remainder=True, x must hold at least "
+                f"one batch of {self.batch_size} images. "
+                f"Received: x.shape={x.shape}"
             )
         self.epoch = 0
 
@@ -386,6 +401,8 @@ class ShiftedDigits(keras.utils.PyDataset):
         self._order = rng.permutation(len(self.x))
 
     def __len__(self):
+        if self.drop_remainder:
+            return len(self.x) // self.batch_size
         return -(-len(self.x) // self.batch_size)
 
     def __getitem__(self, index):

@@ -340,6 +340,33 @@ class ShiftedDigitsTest(testing.TestCase):
                         np.concatenate([part[1] for part in parts]), labels
                     )
 
+    def test_drop_remainder(self):
+        x, y = mnist.load_sample("test")
+        batches = mnist.ShiftedDigits(
+            x[:200], y[:200], batch_size=64, drop_remainder=True
+        )
+        # Three full batches; the last 8 images of each epoch's order are
+        # left out.
+        self.assertLen(batches, 3)
+        self.assertEqual([len(batches[i][0]) for i in range(3)], [64] * 3)
+        # 200 images at batch 63 leave 11, which 3 processes cannot split.
+        share = mnist.ShiftedDigits(
+            x[:200],
+            y[:200],
+            batch_size=63,
+            num_processes=3,
+            process_id=2,
+            drop_remainder=True,
+        )
+        self.assertLen(share, 3)
+        self.assertEqual(share[2][0].shape, (21, 28, 28, 1))
+        with self.assertRaisesRegex(TypeError, "Received: drop_remainder=1"):
+            mnist.ShiftedDigits(x, y, drop_remainder=1)
+        with self.assertRaisesRegex(
+            ValueError, r"at least one batch of 128.*x.shape=\(4, 28"
+        ):
+            mnist.ShiftedDigits(x[:4], y[:4], drop_remainder=True)
+
     def test_epoch_can_be_set(self):
         x, y = mnist.load_sample("test")
         advanced = mnist.ShiftedDigits(x, y, batch_size=100, seed=1)
@@ -404,7 +431,8 @@ class ShiftedDigitsTest(testing.TestCase):
                 num_processes=2,
             ),
             r"last batch of the 5 images, 1, must split evenly over "
-            r"num_processes \(2\).*Received: x.shape=\(5, 28, 28, 1\)",
+            r"num_processes \(2\); pass drop_remainder=True.*"
+            r"Received: x.shape=\(5, 28, 28, 1\)",
         ),
     )
     def test_invalid_arguments(self, kwargs, pattern):
