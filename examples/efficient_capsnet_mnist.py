@@ -1,8 +1,7 @@
 """Efficient-CapsNet on MNIST: self-attention routing in 160K parameters.
 
 Trains `keras_capsules.models.EfficientCapsNet` (Mazzia, Salvetti &
-Chiaberge, "Efficient-CapsNet: capsule network with self-attention
-routing", Scientific Reports 2021,
+Chiaberge, Scientific Reports 2021,
 https://doi.org/10.1038/s41598-021-93977-0) with the model's own
 `compile()` defaults, the authors' settings: the margin loss plus 0.392 x
 the mean squared reconstruction error, Adam at 5e-4 multiplied by 0.97
@@ -13,11 +12,11 @@ saved as a preset (config, weights, and metadata with the test accuracy and
 this command) and loaded back with `from_preset`; with matplotlib, test
 digits are drawn above their reconstructions.
 
-Without `--data-dir` it trains on the 5,000-image MNIST sample that ships
-with the package (offline, no TensorFlow), an epoch in a few minutes on a
-2-core CPU. With `--data-dir`, a folder holding the four original MNIST
-`.gz` files, it trains on 55,000 of the 60,000 training digits and
-validates on the other 5,000 (docs/presets.md).
+Without `--data-dir` it trains on the 5,000-image MNIST sample shipped with
+the package (offline), an epoch in a few minutes on a 2-core CPU. With
+`--data-dir`, a folder holding the four original MNIST `.gz` files, it
+trains on 55,000 of the 60,000 training digits and validates on the other
+5,000 (docs/presets.md).
 
 On JAX, several processes or hosts train as one job: start it once per
 process with the `KERAS_DISTRIBUTION_*` variables (docs/data_parallel.md);
@@ -134,7 +133,8 @@ model.save_to_preset(
         "dataset": "mnist" if args.data_dir else "mnist sample",
         "images": dict(train=len(x_train), val=len(x_val), test=len(x_test)),
         "test_accuracy": round(float(metrics["accuracy"]), 4),
-        "images_seen": args.epochs * len(x_train),
+        "images_seen": args.epochs
+        * min(len(x_train), len(train) * args.batch_size),
         "seed": 0,
         "processes": num_processes,
         "training_minutes": round(minutes, 1),
