@@ -10,10 +10,10 @@ package without it), `--output-dir`, `--seed`, `--epochs`, `--batch-size`,
 The training data of an experiment is a `SeededBatches`: batch `index` of
 epoch `epoch` depends only on `(seed, epoch, index)`, and
 `keras_capsules.callbacks.DatasetEpoch` tells it the epoch that `fit` is
-in. A run interrupted and resumed with
-`--backup-dir` (`keras.callbacks.BackupAndRestore`, which restarts at the
-epoch after the last one saved) therefore trains on exactly the batches
-of an uninterrupted run.
+in. A run interrupted and resumed with `--backup-dir`
+(`keras.callbacks.BackupAndRestore`, which restarts at the epoch after the
+last one saved) therefore trains on exactly the batches of an
+uninterrupted run.
 """
 
 import json
