@@ -206,18 +206,20 @@ def run_callbacks(args, data, *callbacks):
     return callbacks + [keras_capsules.callbacks.DatasetEpoch(data)]
 
 
-# Small networks for checks and smoke runs: each step takes a fraction of a
-# second on a CPU, and all of them still route (CapsNet by agreement over
-# 144 primary capsules, EfficientCapsNet by self-attention, MatrixCapsNet
-# by EM in three layers).
-SMALL_MODELS = ("capsnet", "efficient_capsnet", "matrix_capsnet")
+# The names of `small_model` and `paper_model`.
+MODEL_FAMILIES = ("capsnet", "efficient_capsnet", "matrix_capsnet")
 
 
 def small_model(name):
     """The smallest network of a model family, uncompiled, for 28x28
     MNIST digits: CapsNet with 16 filters and 4 capsules of 4 dimensions
     and two routing iterations, EfficientCapsNet's MNIST network (160K
-    parameters), and MatrixCapsNet's `tiny` preset with one iteration."""
+    parameters), and MatrixCapsNet's `tiny` preset with one iteration.
+
+    For checks and smoke runs: each step takes a fraction of a second on a
+    CPU, and all of them still route (CapsNet by agreement over 144
+    primary capsules, EfficientCapsNet by self-attention, MatrixCapsNet by
+    EM in three layers)."""
     models = keras_capsules.models
     if name == "capsnet":
         return models.CapsNet(
@@ -240,7 +242,29 @@ def small_model(name):
             routing_iterations=1,
         )
     raise ValueError(
-        f"Expected a model among {SMALL_MODELS}. Received: name={name!r}"
+        f"Expected a model among {MODEL_FAMILIES}. Received: name={name!r}"
+    )
+
+
+def paper_model(name):
+    """The paper's network of a model family, uncompiled, for 28x28 MNIST
+    digits: CapsNet's 8.2M parameters, EfficientCapsNet's MNIST network
+    and MatrixCapsNet's A=B=C=D=32."""
+    models = keras_capsules.models
+    if name == "capsnet":
+        return models.CapsNet(
+            image_shape=mnist.IMAGE_SHAPE, num_classes=mnist.NUM_CLASSES
+        )
+    if name == "efficient_capsnet":
+        return models.EfficientCapsNet.from_preset("mnist")
+    if name == "matrix_capsnet":
+        return models.MatrixCapsNet.from_preset(
+            "full",
+            image_shape=mnist.IMAGE_SHAPE,
+            num_classes=mnist.NUM_CLASSES,
+        )
+    raise ValueError(
+        f"Expected a model among {MODEL_FAMILIES}. Received: name={name!r}"
     )
 
 

@@ -41,8 +41,6 @@ import json
 import os
 import sys
 
-NUM_CLASSES = 10
-INPUT_SHAPE = (28, 28, 1)
 SUPPORTED_BACKENDS = ("tensorflow", "jax")
 
 SMOKE_STEPS = 2
@@ -248,17 +246,9 @@ def build_model(args):
     # Imported late as it imports Keras (see `main`).
     import _common
 
-    import keras_capsules
-
     if args.preset == "tiny":
         return _common.small_model(args.model)
-    if args.model == "capsnet":
-        return keras_capsules.models.CapsNet(
-            image_shape=INPUT_SHAPE, num_classes=NUM_CLASSES
-        )
-    return keras_capsules.models.MatrixCapsNet.from_preset(
-        "full", image_shape=INPUT_SHAPE, num_classes=NUM_CLASSES
-    )
+    return _common.paper_model(args.model)
 
 
 def callbacks(args, total_steps):

@@ -64,7 +64,7 @@ COUNT_VARIABLE = "KERAS_DISTRIBUTION_NUM_PROCESSES"
 ID_VARIABLE = "KERAS_DISTRIBUTION_PROCESS_ID"
 # The cores the launcher gives a process; not a Keras variable.
 CORES_VARIABLE = "MULTI_PROCESS_CORES"
-MODELS = ("capsnet", "efficient_capsnet", "matrix_capsnet")
+MODELS = _common.MODEL_FAMILIES
 
 
 def parse_args(argv=None):
@@ -274,16 +274,8 @@ def build(name, args):
     keras.utils.set_random_seed(args.seed)
     if args.architecture == "small":
         model = _common.small_model(name)
-    elif name == "capsnet":
-        model = keras_capsules.models.CapsNet()
-    elif name == "efficient_capsnet":
-        model = keras_capsules.models.EfficientCapsNet()
     else:
-        model = keras_capsules.models.MatrixCapsNet.from_preset(
-            "full",
-            image_shape=mnist.IMAGE_SHAPE,
-            num_classes=mnist.NUM_CLASSES,
-        )
+        model = _common.paper_model(name)
     if args.learning_rate is None:
         model.compile(total_steps=args.epochs * args.steps)
     else:
