@@ -361,3 +361,12 @@ def check_image_size(image_shape, convolutions, network):
         f"larger images or smaller kernels. Received: image_shape="
         f"{image_shape}"
     )
+
+
+def check_pose_params(shape, name):
+    """Raises unless `shape` is `(..., 6)`, six pose parameters."""
+    if len(shape) < 1 or shape[-1] != 6:
+        raise ValueError(
+            f"Argument {name} must have shape (..., 6). "
+            f"Received: {name}.shape={tuple(shape)}"
+        )

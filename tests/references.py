@@ -730,3 +730,231 @@ def official_conv_routing(
         spread = spread.reshape(batch, indim, outdim, 1, height, width, k, k)
         posterior = prior_exp / (spread + 1e-7)
     return logit[:, 0, :, 0, :, :, 0, 0], center[:, 0, :, :, :, :, 0, 0]
+
+
+# Stacked Capsule Autoencoders, transcribed from the official TensorFlow 1
+# code (akosiorek/stacked_capsule_autoencoders) with the semantics of
+# Sonnet 1 and tf.contrib it relies on; file names are those of that code.
+
+
+def scae_safe_log(x):
+    """math_ops.safe_log: log(x), or -1e8 where x < 1e-16."""
+    x = np.asarray(x, dtype="float64")
+    return np.where(x < 1e-16, -1e8, np.log(np.where(x < 1e-16, 1.0, x)))
+
+
+def scae_geometric_transform(params, similarity=False, nonlinear=True):
+    """math_ops.geometric_transform, one pose at a time; returns the 3x3
+    matrices, shape (..., 3, 3)."""
+    params = np.asarray(params, dtype="float64")
+    out = np.zeros(params.shape[:-1] + (3, 3))
+    for index in np.ndindex(params.shape[:-1]):
+        sx, sy, theta, shear, tx, ty = params[index]
+        if nonlinear:
+            sx, sy = 1 / (1 + np.exp(-sx)) + 0.01, 1 / (1 + np.exp(-sy)) + 0.01
+            tx, ty, shear = np.tanh(5 * tx), np.tanh(5 * ty), np.tanh(5 * shear)
+            theta = theta * 2 * np.pi
+        else:
+            sx, sy = abs(sx) + 0.01, abs(sy) + 0.01
+        c, s = np.cos(theta), np.sin(theta)
+        if similarity:
+            top = [[sx * c, -sx * s, tx], [sx * s, sx * c, ty]]
+        else:
+            top = [
+                [sx * c + shear * sy * s, -sx * s + shear * sy * c, tx],
+                [sy * s, sy * c, ty],
+            ]
+        out[index] = np.array(top + [[0.0, 0.0, 1.0]])
+    return out
+
+
+def scae_sampling_grid(transform, output_size, source_size):
+    """Sonnet 1's AffineGridWarper(output_size, source_size).inverse() for
+    one transform (six numbers a, b, tx, c, d, ty): for every output pixel
+    (row, col), the (x, y) source pixel it samples. Output pixels span
+    [-1, 1] (first and last pixel centres); the inverse affine map takes
+    them to [-1, 1] template coordinates, scaled by (size - 1) / 2 and
+    shifted by the same."""
+    a, b, tx, c, d, ty = np.asarray(transform, dtype="float64")
+    inverse = np.linalg.inv(np.array([[a, b], [c, d]]))
+    height, width = output_size
+    grid = np.zeros((height, width, 2))
+    for row in range(height):
+        for col in range(width):
+            p = np.array(
+                [-1 + 2 * col / (width - 1), -1 + 2 * row / (height - 1)]
+            )
+            u = inverse @ (p - np.array([tx, ty]))
+            grid[row, col, 0] = (u[0] + 1) * (source_size[1] - 1) / 2
+            grid[row, col, 1] = (u[1] + 1) * (source_size[0] - 1) / 2
+    return grid
+
+
+def scae_resample(image, points):
+    """tf.contrib.resampler.resampler for one image (height, width,
+    channels) at points (..., 2) given as (x, y): bilinear between the
+    pixels floor(p) and floor(p) + 1 (those outside the image are 0); 0
+    unless -1 < x < width and -1 < y < height."""
+    image = np.asarray(image, dtype="float64")
+    height, width, channels = image.shape
+    points = np.asarray(points, dtype="float64")
+    out = np.zeros(points.shape[:-1] + (channels,))
+    for index in np.ndindex(points.shape[:-1]):
+        x, y = points[index]
+        if not (-1 < x < width and -1 < y < height):
+            continue
+        fx, fy = int(np.floor(x)), int(np.floor(y))
+        cx, cy = fx + 1, fy + 1
+        dx, dy = cx - x, cy - y
+
+        def pixel(col, row):
+            if 0 <= col < width and 0 <= row < height:
+                return image[row, col]
+            return np.zeros(channels)
+
+        out[index] = (
+            dx * dy * pixel(fx, fy)
+            + dx * (1 - dy) * pixel(fx, cy)
+            + (1 - dx) * dy * pixel(cx, fy)
+            + (1 - dx) * (1 - dy) * pixel(cx, cy)
+        )
+    return out
+
+
+def scae_warp_templates(templates, transforms, output_size):
+    """TemplateBasedImageDecoder's warping: templates (B or 1, K, h, w, C),
+    transforms (B, K, 6) -> (B, K, height, width, C)."""
+    templates = np.asarray(templates, dtype="float64")
+    transforms = np.asarray(transforms, dtype="float64")
+    batch, num = transforms.shape[:2]
+    out = np.zeros((batch, num) + tuple(output_size) + templates.shape[-1:])
+    for b in range(batch):
+        for k in range(num):
+            template = templates[b if templates.shape[0] > 1 else 0, k]
+            grid = scae_sampling_grid(
+                transforms[b, k], output_size, template.shape[:2]
+            )
+            out[b, k] = scae_resample(template, grid)
+    return out
+
+
+def _scae_logsumexp(x, axis):
+    top = np.max(x, axis=axis, keepdims=True)
+    return np.squeeze(top, axis) + np.log(np.sum(np.exp(x - top), axis=axis))
+
+
+def _scae_normal_log_prob(x, mean, scale):
+    return (
+        -0.5 * ((x - mean) / scale) ** 2
+        - np.log(scale)
+        - 0.5 * np.log(2 * np.pi)
+    )
+
+
+def _scae_image_mixture(templates, logits, presence, background, bg_logit):
+    templates = np.asarray(templates, dtype="float64")
+    logits = np.asarray(logits, dtype="float64")
+    batch = templates.shape[0]
+    bg = np.zeros_like(templates[:, :1]) + np.asarray(background, "float64")
+    components = np.concatenate([templates, bg], axis=1)
+    bg_logits = np.zeros_like(logits[:, :1]) + np.asarray(bg_logit, "float64")
+    logits = np.concatenate([logits, bg_logits], axis=1)
+    presence = np.concatenate(
+        [np.asarray(presence, "float64"), np.ones((batch, 1))], axis=1
+    )
+    logits = logits + scae_safe_log(presence)[:, :, None, None, None]
+    log_mixing = logits - _scae_logsumexp(logits, 1)[:, None]
+    return components, log_mixing
+
+
+def scae_image_log_likelihood(
+    images, templates, logits, presence, background, bg_logit, scale=1.0
+):
+    """prob.MixtureDistribution(template logits + safe_log(presence),
+    [templates, scale], Normal).log_prob(images), background last."""
+    components, log_mixing = _scae_image_mixture(
+        templates, logits, presence, background, bg_logit
+    )
+    images = np.asarray(images, dtype="float64")[:, None]
+    log_prob = _scae_normal_log_prob(images, components, scale)
+    return _scae_logsumexp(log_prob + log_mixing, 1)
+
+
+def scae_image_mode(templates, logits, presence, background, bg_logit):
+    """MixtureDistribution.mode(): each pixel's most probable component."""
+    components, log_mixing = _scae_image_mixture(
+        templates, logits, presence, background, bg_logit
+    )
+    winner = np.argmax(log_mixing, axis=1)
+    channels = components.shape[-1]
+    winner = np.broadcast_to(winner, winner.shape[:-1] + (channels,))
+    return np.take_along_axis(components, winner[:, None], axis=1)[:, 0]
+
+
+def scae_part_likelihood(
+    x, votes, scales, vote_presence, presence=None, normalize=False
+):
+    """capsule.CapsuleLikelihood, one example and one part at a time:
+    returns the per-example log-likelihood (B,), the posterior (B, parts,
+    objects) and the winning votes (B, parts, dim). `normalize=True` uses
+    the normalised mixing log-probabilities the official code computes but
+    does not use."""
+    x = np.asarray(x, dtype="float64")
+    votes = np.asarray(votes, dtype="float64")
+    scales = np.asarray(scales, dtype="float64")
+    vote_presence = np.asarray(vote_presence, dtype="float64")
+    batch, num_objects, num_parts, _ = votes.shape
+    dummy = -2 * np.log(10.0)
+    log_likelihood = np.zeros(batch)
+    posterior = np.zeros((batch, num_parts, num_objects))
+    winners = np.zeros(x.shape)
+    for b in range(batch):
+        logits = np.append(
+            scae_safe_log(vote_presence[b]).T,
+            np.full((num_parts, 1), dummy),
+            axis=1,
+        )
+        if normalize:
+            logits = logits - _scae_logsumexp(logits, 1)[:, None]
+        for m in range(num_parts):
+            log_prob = [
+                np.sum(
+                    _scae_normal_log_prob(
+                        x[b, m], votes[b, k, m], scales[b, k, m]
+                    )
+                )
+                for k in range(num_objects)
+            ] + [dummy]
+            joint = logits[m] + np.array(log_prob)
+            weight = 1.0 if presence is None else presence[b, m]
+            log_likelihood[b] += weight * _scae_logsumexp(joint, 0)
+            posterior[b, m] = (
+                np.exp(joint - joint.max())
+                / np.sum(np.exp(joint - joint.max()))
+            )[:-1]
+            winners[b, m] = votes[b, np.argmax(joint[:-1]), m]
+    return log_likelihood, posterior, winners
+
+
+def scae_sparsity(presence, kind, num_classes=10, within_constant=0.0):
+    """capsule.sparsity_loss: `_caps_pres_l2` ("l2") or `_capsule_entropy`
+    ("entropy"). Returns (within, between) as the official functions do:
+    the l2 between-example term comes back negated, because the model
+    subtracts it."""
+    presence = np.asarray(presence, dtype="float64")
+    batch, num_caps = presence.shape
+    if kind == "l2":
+        if within_constant == 0.0:
+            within_constant = num_caps / num_classes
+        within = np.sum((presence.sum(1) - within_constant) ** 2) / batch
+        between = (
+            np.sum((presence.sum(0) - batch / num_classes) ** 2) / num_caps
+        )
+        return within, -between
+
+    def entropy(p):
+        return -np.sum(p * scae_safe_log(p))
+
+    within = np.mean([entropy(row / (row.sum() + 1e-8)) for row in presence])
+    total = presence.sum(0)
+    return within, entropy(total / (total.sum() + 1e-8))

@@ -7,9 +7,17 @@ from keras_capsules.ops.em import OFFICIAL_EM_CLASS_OPTIONS
 from keras_capsules.ops.em import OFFICIAL_EM_OPTIONS
 from keras_capsules.ops.em import em_conv_routing
 from keras_capsules.ops.em import em_routing
+from keras_capsules.ops.mixtures import part_pose_log_likelihood
+from keras_capsules.ops.mixtures import template_mixture_log_likelihood
+from keras_capsules.ops.mixtures import template_mixture_mode
 from keras_capsules.ops.patches import add_coordinates
 from keras_capsules.ops.patches import coordinate_grid
 from keras_capsules.ops.patches import extract_capsule_patches
 from keras_capsules.ops.patches import fold_capsule_patches
+from keras_capsules.ops.poses import geometric_transform
 from keras_capsules.ops.self_attention import self_attention_routing
+from keras_capsules.ops.sparsity import capsule_sparsity
 from keras_capsules.ops.squash import squash
+from keras_capsules.ops.templates import affine_sampling_grid
+from keras_capsules.ops.templates import bilinear_sample
+from keras_capsules.ops.templates import warp_templates
