@@ -13,6 +13,7 @@ from keras_capsules import losses
 from keras_capsules import metrics
 from keras_capsules import models
 from keras_capsules import ops
+from keras_capsules import optimizers
 from keras_capsules.version import __version__
 from keras_capsules.version import version
 
@@ -25,5 +26,6 @@ __all__ = [
     "metrics",
     "models",
     "ops",
+    "optimizers",
     "version",
 ]

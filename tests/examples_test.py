@@ -116,6 +116,7 @@ class RecipeRulesTest(TestCase):
                 "efficient_capsnet_mnist",
                 "matrix_capsnet_mnist",
                 "matrix_capsnet_smallnorb",
+                "stacked_capsule_autoencoder_mnist",
             ],
         )
 

@@ -958,3 +958,67 @@ def scae_sparsity(presence, kind, num_classes=10, within_constant=0.0):
     within = np.mean([entropy(row / (row.sum() + 1e-8)) for row in presence])
     total = presence.sum(0)
     return within, entropy(total / (total.sum() + 1e-8))
+
+
+def scae_pad_and_shift(image, output_size, y_shift, x_shift):
+    """preprocess.pad_and_shift for one image (height, width, channels),
+    with the shifts it drew given: pad |shift| on one side of each axis
+    (before the image for a negative shift), split what is left of the
+    canvas with the odd row first, crop to the canvas."""
+    height, width = image.shape[:2]
+    pads = []
+    for size, shift in ((height, y_shift), (width, x_shift)):
+        before, after = abs(min(shift, 0)), max(shift, 0)
+        spare = max(output_size - (size + abs(shift)), 0)
+        pads.append((before + spare // 2 + spare % 2, after + spare // 2))
+    padded = np.pad(image, pads + [(0, 0)])
+    return padded[:output_size, :output_size]
+
+
+def _scae_layer_norm(x, gamma, beta, epsilon=1e-5):
+    mean = x.mean(-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+def scae_attention(queries, keys, values, presence, heads, output):
+    """attention.MultiHeadQKVAttention: per head (q, k, v) = linear maps
+    `heads[i] = ((wq, bq), (wk, bk), (wv, bv))`, logits q k^T penalised
+    by (1 - presence) 1e32, softmax of logits / sqrt(dim), then the linear
+    map `output = (w, b)` of the concatenated heads. In float32, as the
+    official code runs."""
+    f32 = np.float32
+    outputs = []
+    for (wq, bq), (wk, bk), (wv, bv) in heads:
+        q = queries.astype(f32) @ wq + bq
+        k = keys.astype(f32) @ wk + bk
+        v = values.astype(f32) @ wv + bv
+        logits = q @ np.swapaxes(k, 1, 2)
+        if presence is not None:
+            logits = logits - (f32(1) - presence.astype(f32))[:, None] * f32(
+                1e32
+            )
+        logits = logits / f32(np.sqrt(q.shape[-1]))
+        weights = np.exp(logits - logits.max(-1, keepdims=True))
+        weights = weights / weights.sum(-1, keepdims=True)
+        outputs.append(weights @ v)
+    return np.concatenate(outputs, -1) @ output[0] + output[1]
+
+
+def scae_set_transformer(x, presence, params):
+    """attention.SetTransformer with layer norm and no dropout, from the
+    weights in `params` (see tests/layers/set_transformer_test.py)."""
+    h = x.astype("float32") @ params["input"][0] + params["input"][1]
+    for block in params["blocks"]:
+        y = scae_attention(h, h, h, presence, *block["attention"]) + h
+        if presence is not None:
+            y = y * presence[..., None]
+        y = _scae_layer_norm(y, *block["norm_1"])
+        hidden = np.maximum(y @ block["hidden"][0] + block["hidden"][1], 0)
+        h = _scae_layer_norm(
+            hidden @ block["projection"][0] + block["projection"][1] + y,
+            *block["norm_2"],
+        )
+    z = h @ params["output"][0] + params["output"][1]
+    seeds = np.broadcast_to(params["seeds"], (len(x),) + params["seeds"].shape)
+    return scae_attention(seeds, z, z, presence, *params["pooling"])

@@ -6,7 +6,8 @@
 `manual_dir` is given. `load_sample` returns a small balanced subset that ships
 with the package and needs only NumPy, for tests, docs and quick experiments.
 `ShiftedDigits` feeds NumPy arrays to `fit` with the paper's random shifts on
-any backend. `read_idx` reads the original idx files.
+any backend, and `PaddedDigits` places them on the larger canvas of Stacked
+Capsule Autoencoders. `read_idx` reads the original idx files.
 
 MNIST is by Yann LeCun and Corinna Cortes, licensed CC BY-SA 3.0; see
 `MNIST_SAMPLE.md` next to this module.
@@ -423,6 +424,183 @@ class ShiftedDigits(keras.utils.PyDataset):
             for image, r, c in zip(padded, rows, cols)
         ]
         return np.stack(images), self.y[batch]
+
+    def on_epoch_end(self):
+        self.epoch += 1
+
+
+def canvas_offsets(shifts, image_size, canvas_size):
+    """Where the official Stacked Capsule Autoencoders pipeline puts an
+    image on its canvas: the rows (or columns) of padding before it.
+
+    The official `pad_and_shift` draws a shift `s` uniformly from the
+    integers in `[-(canvas_size - image_size), canvas_size - image_size]`
+    for each axis, pads `|s|` on one side (before the image for `s < 0`,
+    after it otherwise), then splits the rest of the canvas evenly, the
+    odd row before. The offset is therefore not `s` plus a constant: it
+    runs from 0 to `canvas_size - image_size` and is not uniform: for MNIST
+    on 40x40, offset 0 has probability 1/25 and each of the offsets 1 to
+    12 has 2/25.
+
+    Args:
+        shifts: Int array of drawn shifts.
+        image_size: The image's size along the axis.
+        canvas_size: The canvas's size along the axis.
+
+    Returns:
+        An int array of offsets, the shape of `shifts`.
+    """
+    shifts = np.asarray(shifts)
+    spare = np.maximum(canvas_size - (image_size + np.abs(shifts)), 0)
+    return np.maximum(-shifts, 0) + spare // 2 + spare % 2
+
+
+class PaddedDigits(keras.utils.PyDataset):
+    """Batches of images placed at random on a larger canvas, as the
+    official Stacked Capsule Autoencoders input pipeline places them.
+
+    Every image is put on a `canvas_size` square of zeros at the offsets
+    of `canvas_offsets`, drawn afresh for every image of every epoch (the
+    official `pad_and_shift` with `shift=None`; MNIST's 28x28 digits on
+    the official 40x40 canvas move by up to 12 pixels). The official
+    pipeline reads the data in one fixed order; here the order is
+    reshuffled every epoch unless `shuffle=False`.
+
+    Batches are `x` alone (for unsupervised `fit(x)`) or `(x, y)` when
+    labels are given. The order of an epoch is drawn from `(seed, epoch)`
+    and the offsets of a batch from `(seed, epoch, index)`, so the same
+    seed gives the same batches on every backend, however Keras reads them;
+    pass `keras_capsules.callbacks.DatasetEpoch(dataset)` and
+    `shuffle=False` to `fit` to resume a run on the same batches.
+
+    Kosiorek et al., 2019, [Stacked Capsule Autoencoders](
+    https://arxiv.org/abs/1906.06818), section 4.
+
+    Args:
+        x: Images, an array of shape `(N, height, width, channels)`, floats
+            in `[0, 1]` or `uint8` (passed on as they are).
+        y: Optional labels, an array of `N` rows. Defaults to `None`.
+        canvas_size: Int at least the images' height and width. Defaults
+            to `40`.
+        batch_size: Positive int. Defaults to `128`, the official batch.
+        seed: Int `>= 0`. Defaults to `0`.
+        shuffle: Bool, whether to reshuffle every epoch. Defaults to
+            `True`.
+        drop_remainder: Bool, whether to leave out the last, smaller
+            batch. Defaults to `False`.
+        **kwargs: `workers`, `use_multiprocessing` and `max_queue_size` of
+            `keras.utils.PyDataset`.
+
+    Raises:
+        ValueError: If `x` is not of rank 4 or holds NaN or an infinity,
+            `y` does not hold one row per image, or an argument is out of
+            its range.
+
+    Example:
+
+    >>> from keras_capsules.datasets import mnist
+    >>> x, y = mnist.load_sample("test")
+    >>> batches = mnist.PaddedDigits(x, batch_size=100)
+    >>> len(batches), batches[0].shape
+    (10, (100, 40, 40, 1))
+    >>> images, labels = mnist.PaddedDigits(x, y, batch_size=100)[0]
+    >>> labels.shape
+    (100, 10)
+    """
+
+    def __init__(
+        self,
+        x,
+        y=None,
+        canvas_size=40,
+        batch_size=128,
+        seed=0,
+        shuffle=True,
+        drop_remainder=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        owner = "mnist.PaddedDigits"
+        x = np.asarray(x)
+        if x.ndim != 4:
+            raise ValueError(
+                f"`{owner}`: argument `x` must be an array of shape (N, "
+                f"height, width, channels). Received: x.shape={x.shape}"
+            )
+        if y is not None:
+            y = np.asarray(y)
+            if y.ndim < 1 or len(y) != len(x):
+                raise ValueError(
+                    f"`{owner}`: argument `y` must hold one label per image "
+                    f"of x ({len(x)}). Received: y.shape={y.shape}"
+                )
+        self.x = check_image_values(x, "x", owner=owner)
+        self.y = y
+        self.canvas_size = check_positive_int(canvas_size, "canvas_size", owner)
+        if self.canvas_size < max(x.shape[1:3]):
+            raise ValueError(
+                f"`{owner}`: argument `canvas_size` must be at least the "
+                f"images' height and width {x.shape[1:3]}. "
+                f"Received: canvas_size={canvas_size}"
+            )
+        self.batch_size = check_positive_int(batch_size, "batch_size", owner)
+        self.seed = check_int(seed, "seed", owner=owner)
+        self.shuffle = check_bool(shuffle, "shuffle", owner=owner)
+        self.drop_remainder = check_bool(
+            drop_remainder, "drop_remainder", owner=owner
+        )
+        if self.drop_remainder and len(self.x) < self.batch_size:
+            raise ValueError(
+                f"`{owner}`: with drop_remainder=True, x must hold at least "
+                f"one batch of {self.batch_size} images. "
+                f"Received: x.shape={x.shape}"
+            )
+        self.epoch = 0
+
+    @property
+    def epoch(self):
+        """The epoch whose order and offsets the batches follow."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value):
+        self._epoch = check_int(value, "epoch", owner="mnist.PaddedDigits")
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, self._epoch])
+            self._order = rng.permutation(len(self.x))
+        else:
+            self._order = np.arange(len(self.x))
+
+    def __len__(self):
+        if self.drop_remainder:
+            return len(self.x) // self.batch_size
+        return -(-len(self.x) // self.batch_size)
+
+    def __getitem__(self, index):
+        batch = self._order[index * self.batch_size :][: self.batch_size]
+        height, width = self.x.shape[1:3]
+        rng = np.random.default_rng([self.seed, self.epoch, index])
+        spare_rows = self.canvas_size - height
+        spare_cols = self.canvas_size - width
+        rows = canvas_offsets(
+            rng.integers(-spare_rows, spare_rows + 1, len(batch)),
+            height,
+            self.canvas_size,
+        )
+        cols = canvas_offsets(
+            rng.integers(-spare_cols, spare_cols + 1, len(batch)),
+            width,
+            self.canvas_size,
+        )
+        canvas = np.zeros(
+            (len(batch), self.canvas_size, self.canvas_size) + self.x.shape[3:],
+            dtype=self.x.dtype,
+        )
+        for i, (image, row, col) in enumerate(zip(self.x[batch], rows, cols)):
+            canvas[i, row : row + height, col : col + width] = image
+        if self.y is None:
+            return canvas
+        return canvas, self.y[batch]
 
     def on_epoch_end(self):
         self.epoch += 1

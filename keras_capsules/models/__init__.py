@@ -4,6 +4,9 @@ from keras_capsules.models import _presets
 from keras_capsules.models.capsnet import CapsNet
 from keras_capsules.models.efficient_capsnet import EfficientCapsNet
 from keras_capsules.models.matrix_capsnet import MatrixCapsNet
+from keras_capsules.models.stacked_capsule_autoencoder import (
+    StackedCapsuleAutoencoder,
+)
 
 
 def from_preset(preset, load_weights=True, **kwargs):
@@ -103,5 +106,11 @@ def list_presets(model=None):
 
 
 _MODELS = {
-    cls.__name__: cls for cls in (CapsNet, EfficientCapsNet, MatrixCapsNet)
+    cls.__name__: cls
+    for cls in (
+        CapsNet,
+        EfficientCapsNet,
+        MatrixCapsNet,
+        StackedCapsuleAutoencoder,
+    )
 }

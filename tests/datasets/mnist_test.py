@@ -14,6 +14,7 @@ from absl.testing import parameterized
 from keras_capsules import testing
 from keras_capsules.datasets import mnist
 from tests import non_finite
+from tests import references
 from tests.datasets import helpers
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -756,3 +757,60 @@ class LoadTest(testing.TestCase):
         ((x, y),) = helpers.batches(train)
         self.assertEqual(x.shape, (60000, 28, 28, 1))
         np.testing.assert_array_equal(y.sum(axis=0), _TRAIN_COUNTS)
+
+
+class PaddedDigitsTest(testing.TestCase):
+    def test_offsets_follow_the_official_pad_and_shift(self):
+        image = np.random.default_rng(0).uniform(size=(28, 28, 1))
+        for shift in range(-12, 13):
+            expected = references.scae_pad_and_shift(image, 40, shift, -shift)
+            row = mnist.canvas_offsets(shift, 28, 40)
+            col = mnist.canvas_offsets(-shift, 28, 40)
+            placed = np.zeros((40, 40, 1))
+            placed[row : row + 28, col : col + 28] = image
+            np.testing.assert_array_equal(placed, expected)
+
+    def test_offset_distribution(self):
+        offsets = mnist.canvas_offsets(np.arange(-12, 13), 28, 40)
+        counts = np.bincount(offsets, minlength=13)
+        self.assertEqual(counts.tolist(), [1] + [2] * 12)
+
+    def test_batches(self):
+        x, y = mnist.load_sample("test")
+        batches = mnist.PaddedDigits(x, y, batch_size=64, seed=3)
+        self.assertEqual(len(batches), 16)
+        images, labels = batches[2]
+        self.assertEqual(images.shape, (64, 40, 40, 1))
+        self.assertEqual(labels.shape, (64, 10))
+        # Every digit lands whole on the canvas, at its label.
+        order = batches._order[128:192]
+        self.assertAllClose(labels, y[order])
+        self.assertAllClose(images.sum(axis=(1, 2, 3)), x[order].sum((1, 2, 3)))
+        # The same seed gives the same batch; the next epoch another.
+        again = mnist.PaddedDigits(x, y, batch_size=64, seed=3)[2][0]
+        np.testing.assert_array_equal(images, again)
+        batches.on_epoch_end()
+        self.assertFalse(np.array_equal(images, batches[2][0]))
+
+    def test_unlabelled_and_unshuffled(self):
+        x, _ = mnist.load_sample("test")
+        batches = mnist.PaddedDigits(
+            x[:10], batch_size=4, shuffle=False, drop_remainder=True
+        )
+        self.assertEqual(len(batches), 2)
+        images = batches[1]
+        self.assertEqual(images.shape, (4, 40, 40, 1))
+        self.assertAllClose(images.sum((1, 2, 3)), x[4:8].sum((1, 2, 3)))
+        batches.on_epoch_end()
+        self.assertAllClose(batches[1].sum((1, 2, 3)), x[4:8].sum((1, 2, 3)))
+
+    def test_invalid_arguments(self):
+        x = np.zeros((4, 28, 28, 1))
+        with self.assertRaisesRegex(ValueError, "canvas_size=20"):
+            mnist.PaddedDigits(x, canvas_size=20)
+        with self.assertRaisesRegex(ValueError, r"y.shape=\(3,\)"):
+            mnist.PaddedDigits(x, np.zeros(3))
+        with self.assertRaisesRegex(ValueError, r"x.shape=\(4, 28, 28\)"):
+            mnist.PaddedDigits(np.zeros((4, 28, 28)))
+        with self.assertRaisesRegex(ValueError, "NaN"):
+            mnist.PaddedDigits(np.full((4, 28, 28, 1), np.nan))

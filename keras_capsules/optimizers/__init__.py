@@ -1,0 +1,3 @@
+"""Public optimizers of keras_capsules."""
+
+from keras_capsules.optimizers.rmsprop import RMSprop

@@ -1,0 +1,81 @@
+"""Shapes and inputs shared by the tests of the Stacked Capsule
+Autoencoder layers, and the official MNIST variable shapes."""
+
+import numpy as np
+
+# The trainable variables of the official MNIST configuration, as
+# docs/design/scae_official_variables.md derives them from the official
+# code (akosiorek/stacked_capsule_autoencoders at c3afa83): shapes of each
+# module, not computed by this package.
+OFFICIAL_SHAPES = {
+    # primary.py:68 (ConvNet2D of model_config.py:98-103), 80, 88.
+    "part_encoder": [(3, 3, 1, 128), (128,)]
+    + [(3, 3, 128, 128), (128,)] * 3
+    + [(5, 5, 128), (1, 1, 128, 960), (960,)],
+    # primary.py:173-174, 190-194, 202-203, 250, 265-266.
+    "template_decoder": [
+        (1, 40, 11, 11, 1),
+        (1, 40, 11, 11, 1),
+        (16, 32),
+        (32,),
+        (32, 1),
+        (1,),
+        (1,),
+        (1,),
+    ],
+    # attention.py:52 (input Linear); 3 blocks of q, k, v Linears
+    # (:115-117, 121), the output Linear (:126), LayerNorm (:153), MLP
+    # [32, 16] (:155), LayerNorm (:163); :64 (output Linear), :66-67
+    # (inducing points), :70 (pooling attention, 4 Linears).
+    "object_encoder": [(144, 16), (16,)]
+    + [
+        (16, 16),
+        (16,),
+        (16, 16),
+        (16,),
+        (16, 16),
+        (16,),
+        (16, 16),
+        (16,),
+        (16,),
+        (16,),
+        (16, 32),
+        (32,),
+        (32, 16),
+        (16,),
+        (16,),
+        (16,),
+    ]
+    * 3
+    + [(16, 256), (256,), (1, 32, 256)]
+    + [(256, 256), (256,)] * 4,
+    # BatchMLPs at capsule.py:103 and 134 (neural.py:73, 87-89, 119-126);
+    # AddBias capsule.py:143; cpr_static capsule.py:149-151; dummy_vote
+    # capsule.py:420.
+    "object_decoder": [
+        (1, 32, 256, 128),
+        (32, 128),
+        (1, 32, 128, 32),
+        (32, 32),
+        (1, 32, 33, 128),
+        (32, 128),
+        (1, 32, 128, 327),
+        (32, 1, 6),
+        (32, 1),
+        (32, 40),
+        (32, 40),
+        (1, 32, 40, 6),
+        (1, 1, 40, 6),
+    ],
+    # probe.py:31, called at scae.py:303-312.
+    "probes": [(32, 10), (10,), (32, 10), (10,)],
+}
+
+
+def official_count(module):
+    return sum(int(np.prod(shape)) for shape in OFFICIAL_SHAPES[module])
+
+
+def images(batch=2, size=40, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(size=(batch, size, size, 1)).astype("float32")
