@@ -2,8 +2,9 @@
 
 Three routing families: dynamic routing-by-agreement (Sabour et al., 2017),
 matrix capsules with EM routing (Hinton et al., 2018) and self-attention
-routing (Efficient-CapsNet, Mazzia et al., 2021). Runs on TensorFlow, JAX
-and PyTorch through `keras.ops`.
+routing (Efficient-CapsNet, Mazzia et al., 2021); and Stacked Capsule
+Autoencoders (Kosiorek et al., 2019), capsules learned without labels. Runs
+on TensorFlow, JAX and PyTorch through `keras.ops`.
 """
 
 from keras_capsules import callbacks

@@ -190,12 +190,13 @@ class TemplateDecoder(keras.layers.Layer):
 
     def templates(self, features=None):
         """The templates before warping: `(1, num_templates, h, w,
-        channels)`, or with `colorize=True` coloured by the `features` of
-        each example, `(batch, num_templates, h, w, channels)`."""
-        templates = _activation(self.template_activation, self.template_logits)[
-            None
-        ]
-        if not self.colorize:
+        channels)`, or with `colorize=True` and `features` coloured by the
+        features of each example, `(batch, num_templates, h, w,
+        channels)`."""
+        templates = ops.expand_dims(
+            _activation(self.template_activation, self.template_logits), 0
+        )
+        if not self.colorize or features is None:
             return templates
         color = self.color_output(self.color_hidden(features))
         if self.color_activation == "relu1":

@@ -364,10 +364,13 @@ class StackedCapsuleAutoencoder(
         }
         return mask_non_finite(images, outputs)
 
-    def reconstruct(self, x):
+    def reconstruct(self, x, return_parts=False):
         """The part autoencoder's reconstruction of images `x`: at every
         pixel, the value of the most probable template (or background),
-        the official `rec_mode`. Returns a tensor of the images' shape."""
+        the official `rec_mode`. Returns a tensor of the images' shape;
+        with `return_parts=True`, also the index of the part that explains
+        each pixel (`num_parts` for the background), int32, of shape
+        `(batch, height, width, 1)`."""
         images = standardize_images(x, self.image_shape, type(self).__name__)
         parts = self.part_encoder(images)
         image = self.template_decoder(parts["poses"], parts["features"])
@@ -377,6 +380,7 @@ class StackedCapsuleAutoencoder(
             parts["presence"],
             image["background"],
             image["background_logit"],
+            return_components=return_parts,
         )
 
     def get_config(self):

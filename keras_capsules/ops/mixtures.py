@@ -159,7 +159,12 @@ def template_mixture_log_likelihood(
 
 
 def template_mixture_mode(
-    templates, template_logits, presence, background, background_logit
+    templates,
+    template_logits,
+    presence,
+    background,
+    background_logit,
+    return_components=False,
 ):
     """The reconstruction of the template mixture: at every pixel, the
     value of its most probable component.
@@ -180,9 +185,16 @@ def template_mixture_mode(
         presence: Tensor of shape `(batch, num_templates)`.
         background: Scalar tensor, the background value.
         background_logit: Scalar tensor, the background's mixing logit.
+        return_components: Boolean, whether to also return which
+            component won each pixel. Defaults to `False`.
 
     Returns:
-        A tensor of shape `(batch, height, width, channels)`.
+        A tensor of shape `(batch, height, width, channels)`. With
+        `return_components=True`, a tuple whose second tensor holds, for
+        every pixel, the index of its component: `0` to
+        `num_templates - 1` for a template, `num_templates` for the
+        background; int32, of shape `(batch, height, width, 1)` (or
+        `channels` for per-channel logits).
 
     Raises:
         ValueError: If the shapes do not fit together.
@@ -202,10 +214,14 @@ def template_mixture_mode(
     components, log_mixing, dtype = _template_mixture(
         templates, template_logits, presence, background, background_logit
     )
+    check_bool(return_components, "return_components")
     winner = ops.argmax(log_mixing, axis=1)
     mask = ops.one_hot(winner, components.shape[1], axis=1)
     mask = ops.cast(mask, components.dtype)
-    return ops.cast(ops.sum(mask * components, axis=1), dtype)
+    mode = ops.cast(ops.sum(mask * components, axis=1), dtype)
+    if return_components:
+        return mode, ops.cast(winner, "int32")
+    return mode
 
 
 def _check_part_mixture(part_poses, votes, vote_scales, vote_presence):

@@ -9,3 +9,12 @@ from keras_capsules.visualization.capsnet import coupling_coefficients
 from keras_capsules.visualization.capsnet import perturbation_grid
 from keras_capsules.visualization.matrix_capsnet import activation_maps
 from keras_capsules.visualization.reconstructions import reconstructions
+from keras_capsules.visualization.stacked_capsule_autoencoder import (
+    learned_templates,
+)
+from keras_capsules.visualization.stacked_capsule_autoencoder import (
+    object_presence_by_class,
+)
+from keras_capsules.visualization.stacked_capsule_autoencoder import (
+    part_reconstructions,
+)

@@ -196,3 +196,20 @@ class PartPoseLikelihoodTest(TestCase):
             )
         with self.assertRaisesRegex(ValueError, "part_poses.shape"):
             part_pose_log_likelihood(parts[0], votes, scales, scales)
+
+
+class TemplateMixtureComponentsTest(TestCase):
+    def test_components_are_the_winners(self):
+        images, templates, logits, presence, bg, bg_logit = _image_case()
+        mode, components = template_mixture_mode(
+            templates, logits, presence, bg, bg_logit, return_components=True
+        )
+        components = ops.convert_to_numpy(components)
+        self.assertEqual(components.shape, images.shape)
+        padded = np.concatenate(
+            [templates, np.full_like(templates[:, :1], bg)], axis=1
+        )
+        chosen = np.take_along_axis(padded, components[:, None], axis=1)[:, 0]
+        self.assertAllClose(mode, chosen, atol=1e-6)
+        # The absent part never wins.
+        self.assertFalse(np.any(components[0] == 1))
