@@ -245,7 +245,69 @@ def load_sample(split="train"):
     return x, y
 
 
-class ShiftedDigits(keras.utils.PyDataset):
+def _check_arrays(x, y, owner):
+    """`x` (checked images, `(N, height, width, channels)`, finite) and
+    `y` (one row per image, or `None`) as arrays."""
+    x = np.asarray(x)
+    if x.ndim != 4:
+        raise ValueError(
+            f"`{owner}`: argument `x` must be an array of shape (N, "
+            f"height, width, channels). Received: x.shape={x.shape}"
+        )
+    if y is not None:
+        y = np.asarray(y)
+        if y.ndim < 1 or len(y) != len(x):
+            raise ValueError(
+                f"`{owner}`: argument `y` must hold one label per image of "
+                f"x ({len(x)}). Received: y.shape={y.shape}"
+            )
+    # A NaN pixel would otherwise surface only as a NaN loss in fit.
+    return check_image_values(x, "x", owner=owner), y
+
+
+class _SeededBatches(keras.utils.PyDataset):
+    """What the NumPy datasets share: batches of `self.x` in an order drawn
+    from `(self.seed, self.epoch)`, reshuffled every epoch when
+    `self.shuffle`; `epoch` can be set."""
+
+    shuffle = True
+    drop_remainder = False
+
+    @property
+    def epoch(self):
+        """The epoch whose order and augmentation the batches follow."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value):
+        self._epoch = check_int(value, "epoch", owner=self._owner)
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, self._epoch])
+            self._order = rng.permutation(len(self.x))
+        else:
+            self._order = np.arange(len(self.x))
+
+    def _check_drop_remainder(self, drop_remainder):
+        self.drop_remainder = check_bool(
+            drop_remainder, "drop_remainder", owner=self._owner
+        )
+        if self.drop_remainder and len(self.x) < self.batch_size:
+            raise ValueError(
+                f"`{self._owner}`: with drop_remainder=True, x must hold at "
+                f"least one batch of {self.batch_size} images. "
+                f"Received: x.shape={self.x.shape}"
+            )
+
+    def __len__(self):
+        if self.drop_remainder:
+            return len(self.x) // self.batch_size
+        return -(-len(self.x) // self.batch_size)
+
+    def on_epoch_end(self):
+        self.epoch += 1
+
+
+class ShiftedDigits(_SeededBatches):
     """Shuffled training batches of NumPy images, each randomly shifted.
 
     Each image is shifted by a random integer number of pixels, up to
@@ -335,21 +397,13 @@ class ShiftedDigits(keras.utils.PyDataset):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        owner = "mnist.ShiftedDigits"
-        x, y = np.asarray(x), np.asarray(y)
-        if x.ndim != 4:
-            raise ValueError(
-                f"`{owner}`: argument `x` must be an array of shape (N, "
-                f"height, width, channels). Received: x.shape={x.shape}"
-            )
-        if y.ndim < 1 or len(y) != len(x):
+        owner = self._owner = "mnist.ShiftedDigits"
+        if y is None:
             raise ValueError(
                 f"`{owner}`: argument `y` must hold one label per image of "
-                f"x ({len(x)}). Received: y.shape={y.shape}"
+                "x. Received: y=None"
             )
-        # A NaN pixel would otherwise surface only as a NaN loss in fit.
-        self.x = check_image_values(x, "x", owner=owner)
-        self.y = y
+        self.x, self.y = _check_arrays(x, y, owner)
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)
         self.seed = check_int(seed, "seed", owner=owner)
         self.max_shift = check_int(max_shift, "max_shift", owner=owner)
@@ -371,40 +425,17 @@ class ShiftedDigits(keras.utils.PyDataset):
                 f"num_processes ({self.num_processes}). "
                 f"Received: batch_size={batch_size}"
             )
-        self.drop_remainder = check_bool(
-            drop_remainder, "drop_remainder", owner=owner
-        )
+        self._check_drop_remainder(drop_remainder)
         last = 0 if self.drop_remainder else len(self.x) % self.batch_size
         if last % self.num_processes:
             raise ValueError(
                 f"`{owner}`: the last batch of the {len(self.x)} images, "
                 f"{last}, must split evenly over num_processes "
                 f"({self.num_processes}); pass drop_remainder=True or a "
-                f"number of images that does. Received: x.shape={x.shape}"
-            )
-        if self.drop_remainder and len(self.x) < self.batch_size:
-            raise ValueError(
-                f"`{owner}`: with drop_remainder=True, x must hold at least "
-                f"one batch of {self.batch_size} images. "
-                f"Received: x.shape={x.shape}"
+                f"number of images that does. "
+                f"Received: x.shape={self.x.shape}"
             )
         self.epoch = 0
-
-    @property
-    def epoch(self):
-        """The epoch whose order and shifts the batches follow."""
-        return self._epoch
-
-    @epoch.setter
-    def epoch(self, value):
-        self._epoch = check_int(value, "epoch", owner="mnist.ShiftedDigits")
-        rng = np.random.default_rng([self.seed, self._epoch])
-        self._order = rng.permutation(len(self.x))
-
-    def __len__(self):
-        if self.drop_remainder:
-            return len(self.x) // self.batch_size
-        return -(-len(self.x) // self.batch_size)
 
     def __getitem__(self, index):
         batch = self._order[index * self.batch_size :][: self.batch_size]
@@ -424,9 +455,6 @@ class ShiftedDigits(keras.utils.PyDataset):
             for image, r, c in zip(padded, rows, cols)
         ]
         return np.stack(images), self.y[batch]
-
-    def on_epoch_end(self):
-        self.epoch += 1
 
 
 def canvas_offsets(shifts, image_size, canvas_size):
@@ -455,7 +483,7 @@ def canvas_offsets(shifts, image_size, canvas_size):
     return np.maximum(-shifts, 0) + spare // 2 + spare % 2
 
 
-class PaddedDigits(keras.utils.PyDataset):
+class PaddedDigits(_SeededBatches):
     """Batches of images placed at random on a larger canvas, as the
     official Stacked Capsule Autoencoders input pipeline places them.
 
@@ -520,61 +548,20 @@ class PaddedDigits(keras.utils.PyDataset):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        owner = "mnist.PaddedDigits"
-        x = np.asarray(x)
-        if x.ndim != 4:
-            raise ValueError(
-                f"`{owner}`: argument `x` must be an array of shape (N, "
-                f"height, width, channels). Received: x.shape={x.shape}"
-            )
-        if y is not None:
-            y = np.asarray(y)
-            if y.ndim < 1 or len(y) != len(x):
-                raise ValueError(
-                    f"`{owner}`: argument `y` must hold one label per image "
-                    f"of x ({len(x)}). Received: y.shape={y.shape}"
-                )
-        self.x = check_image_values(x, "x", owner=owner)
-        self.y = y
+        owner = self._owner = "mnist.PaddedDigits"
+        self.x, self.y = _check_arrays(x, y, owner)
         self.canvas_size = check_positive_int(canvas_size, "canvas_size", owner)
-        if self.canvas_size < max(x.shape[1:3]):
+        if self.canvas_size < max(self.x.shape[1:3]):
             raise ValueError(
                 f"`{owner}`: argument `canvas_size` must be at least the "
-                f"images' height and width {x.shape[1:3]}. "
+                f"images' height and width {self.x.shape[1:3]}. "
                 f"Received: canvas_size={canvas_size}"
             )
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)
         self.seed = check_int(seed, "seed", owner=owner)
         self.shuffle = check_bool(shuffle, "shuffle", owner=owner)
-        self.drop_remainder = check_bool(
-            drop_remainder, "drop_remainder", owner=owner
-        )
-        if self.drop_remainder and len(self.x) < self.batch_size:
-            raise ValueError(
-                f"`{owner}`: with drop_remainder=True, x must hold at least "
-                f"one batch of {self.batch_size} images. "
-                f"Received: x.shape={x.shape}"
-            )
+        self._check_drop_remainder(drop_remainder)
         self.epoch = 0
-
-    @property
-    def epoch(self):
-        """The epoch whose order and offsets the batches follow."""
-        return self._epoch
-
-    @epoch.setter
-    def epoch(self, value):
-        self._epoch = check_int(value, "epoch", owner="mnist.PaddedDigits")
-        if self.shuffle:
-            rng = np.random.default_rng([self.seed, self._epoch])
-            self._order = rng.permutation(len(self.x))
-        else:
-            self._order = np.arange(len(self.x))
-
-    def __len__(self):
-        if self.drop_remainder:
-            return len(self.x) // self.batch_size
-        return -(-len(self.x) // self.batch_size)
 
     def __getitem__(self, index):
         batch = self._order[index * self.batch_size :][: self.batch_size]
@@ -601,9 +588,6 @@ class PaddedDigits(keras.utils.PyDataset):
         if self.y is None:
             return canvas
         return canvas, self.y[batch]
-
-    def on_epoch_end(self):
-        self.epoch += 1
 
 
 def load(
