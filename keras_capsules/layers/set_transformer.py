@@ -10,31 +10,35 @@ from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._sonnet import dense
 
 PRESENCE_MASKINGS = ("official", "log")
-# The logit of the keys the official presence penalty leaves no weight.
+# The official penalty of an absent element, and the logit of the keys
+# it leaves no weight.
+_PRESENCE_PENALTY = 1e32
 _DROPPED_LOGIT = -1e30
 # Sonnet 1's LayerNorm epsilon.
 _LAYER_NORM_EPSILON = 1e-5
 
 
-def _official_masking(logits, key_presence):
-    """The official `softmax((q.k - (1 - p) 1e32) / sqrt(d))`, in a form
-    without the 1e32.
+def _official_masking(logits, key_presence, scale):
+    """The official `softmax((q.k - (1 - p) 1e32) / scale)`, in a form
+    without the 1e32 in the softmax.
 
     In float32 the penalty swamps the dot products: only the keys of the
-    smallest `1 - p` keep any weight, all others get exactly 0. Among
-    those, if `p` is exactly 1 the penalty is 0 and the dot products
-    count as usual; otherwise they are absorbed by the penalty, the
-    weights are uniform, and only the gradient still sees the dot
-    products (with derivative 1). Written out like this it gives those
-    values and gradients without numbers of 1e31 in the graph, which
-    XLA's fused CPU kernels round differently in the max and in the
-    exponential of the softmax (an overflow to NaN).
+    smallest penalty `(1 - p) 1e32 / scale` (as float32 rounds it) keep any
+    weight, all others get exactly 0. Among those, if `p` is exactly 1 the
+    penalty is 0 and the dot products count as usual; otherwise they are
+    absorbed by the penalty, the weights are uniform, and only the
+    gradient still sees the dot products (with derivative 1). Written out
+    like this it gives those values, and the gradients with respect to the
+    queries, keys and values, without numbers of 1e31 in the softmax,
+    which XLA's fused CPU kernels round differently in the max and in the
+    exponential (an overflow to NaN). `logits` are already divided by
+    `scale`.
     """
-    absent = 1.0 - key_presence
-    least = ops.min(absent, axis=-1, keepdims=True)
+    penalty = (1.0 - key_presence) * _PRESENCE_PENALTY / scale
+    least = ops.min(penalty, axis=-1, keepdims=True)
     absorbed = ops.broadcast_to(least > 0, ops.shape(logits))
     logits = ops.where(absorbed, logits - ops.stop_gradient(logits), logits)
-    kept = ops.broadcast_to(absent == least, ops.shape(logits))
+    kept = ops.broadcast_to(penalty == least, ops.shape(logits))
     return ops.where(kept, logits, ops.full_like(logits, _DROPPED_LOGIT))
 
 
@@ -84,11 +88,12 @@ class _Attention(keras.layers.Layer):
             ):
                 q, k = ops.cast(q, "float32"), ops.cast(k, "float32")
             logits = ops.matmul(q, ops.transpose(k, (0, 2, 1)))
-            logits = logits / math.sqrt(q.shape[-1])
+            scale = math.sqrt(q.shape[-1])
+            logits = logits / scale
             if presence is not None:
                 key_presence = ops.cast(presence, logits.dtype)[:, None, :]
                 if self.presence_masking == "official":
-                    logits = _official_masking(logits, key_presence)
+                    logits = _official_masking(logits, key_presence, scale)
                 else:
                     logits = logits + ops.log(
                         key_presence + keras.config.epsilon()
@@ -154,8 +159,10 @@ class SetTransformer(keras.layers.Layer):
     them, the penalty swamps the dot products: each query attends only to
     the element of the highest presence, evenly to several that tie, and
     by the usual softmax over the elements of presence exactly 1.
-    `presence_masking="official"` computes exactly this (its values and
-    gradients), without the 1e32. `presence_masking="log"` adds
+    `presence_masking="official"` computes exactly this (its values, and
+    its gradients with respect to the queries, keys and values; none flows
+    to the presence, which the official model holds out of the gradient),
+    without the 1e32 in the softmax. `presence_masking="log"` adds
     `log(p + epsilon)` to the scaled logits instead, weighting every
     element by its presence.
 

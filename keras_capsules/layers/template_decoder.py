@@ -28,7 +28,9 @@ def orthogonal_templates(shape, seed=None):
     num_templates = shape[0]
     size = int(np.prod(shape[1:]))
     n = max(num_templates, size)
-    rng = np.random.default_rng(seed)
+    # Without a seed, NumPy's global generator, which
+    # `keras.utils.set_random_seed` seeds.
+    rng = np.random if seed is None else np.random.default_rng(seed)
     q = np.linalg.qr(rng.uniform(size=(n, n)))[0]
     q = q[:num_templates, :size].reshape(shape)
     return (q - q.min()) / (q.max() - q.min())
