@@ -70,14 +70,20 @@ def _list_presets(cls):
     )
 
 
-class CapsuleModel(keras.Model):
-    """A functional model with `compile()` defaults and presets.
+class ModelConventions:
+    """What every model of the package shares, functional or not: presets
+    (`presets`, `from_preset`, `save_to_preset`), `compile()` with
+    `"auto"` defaults and its restoring from a `.keras` file, and
+    `from_config`.
 
-    Subclasses build their graph in `__init__`, name their architectures
-    in the class statement (`class M(CapsuleModel, architectures={name:
+    A mixin before `keras.Model` in the bases. Subclasses name their
+    architectures in the class statement (`class M(..., architectures={name:
     {"description": ..., "config": {argument: value}}})`) and implement
     `default_optimizer(total_steps=None)` and `default_loss()`;
     `default_metrics()` is the accuracy of the argmax unless overridden.
+    (Not part of `CapsuleModel` itself: Keras swaps `Model` for
+    `Functional` in the bases of a functional model's classes, which
+    would make any subclass functional too.)
     """
 
     _architectures = types.MappingProxyType({})
@@ -88,13 +94,6 @@ class CapsuleModel(keras.Model):
             cls._architectures = types.MappingProxyType(dict(architectures))
 
     presets = _ClassProperty(_list_presets)
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        # `call` checks the images. Keras's own check of the input spec
-        # fails with an unhelpful error on a tensor of unknown rank, which
-        # TensorFlow traces after images of another rank.
-        self.input_spec = None
 
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
@@ -240,15 +239,6 @@ class CapsuleModel(keras.Model):
             **kwargs,
         )
 
-    def call(self, inputs, training=None, mask=None):
-        # Before `Functional.call`, which casts the inputs to the float
-        # dtype of the graph's `Input` (see `_images`).
-        images = standardize_images(
-            inputs, self.image_shape, type(self).__name__
-        )
-        outputs = super().call(images, training=training, mask=mask)
-        return mask_non_finite(images, outputs)
-
     def default_optimizer(self, total_steps=None):
         """The optimizer of `compile(optimizer="auto")`."""
         raise NotImplementedError
@@ -275,3 +265,27 @@ class CapsuleModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+class CapsuleModel(ModelConventions, keras.Model):
+    """A functional model with `compile()` defaults and presets.
+
+    Subclasses build their graph in `__init__` and follow
+    `ModelConventions`.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # `call` checks the images. Keras's own check of the input spec
+        # fails with an unhelpful error on a tensor of unknown rank, which
+        # TensorFlow traces after images of another rank.
+        self.input_spec = None
+
+    def call(self, inputs, training=None, mask=None):
+        # Before `Functional.call`, which casts the inputs to the float
+        # dtype of the graph's `Input` (see `_images`).
+        images = standardize_images(
+            inputs, self.image_shape, type(self).__name__
+        )
+        outputs = super().call(images, training=training, mask=mask)
+        return mask_non_finite(images, outputs)

@@ -15,7 +15,7 @@ from keras_capsules.layers.object_capsule_decoder import ObjectCapsuleDecoder
 from keras_capsules.layers.part_capsule_encoder import PartCapsuleEncoder
 from keras_capsules.layers.set_transformer import SetTransformer
 from keras_capsules.layers.template_decoder import TemplateDecoder
-from keras_capsules.models._base import CapsuleModel
+from keras_capsules.models._base import ModelConventions
 from keras_capsules.models._images import mask_non_finite
 from keras_capsules.models._images import standardize as standardize_images
 from keras_capsules.models._scae_training import TRACKED
@@ -36,7 +36,10 @@ _ARCHITECTURES = {
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class StackedCapsuleAutoencoder(
-    OfficialTraining, CapsuleModel, architectures=_ARCHITECTURES
+    OfficialTraining,
+    ModelConventions,
+    keras.Model,
+    architectures=_ARCHITECTURES,
 ):
     """Stacked Capsule Autoencoder: part and object capsules learned from
     unlabelled images.
