@@ -101,8 +101,10 @@ def part_reconstructions(model, images):
     >>> import numpy as np
     >>> from keras_capsules.models import StackedCapsuleAutoencoder
     >>> from keras_capsules.visualization import part_reconstructions
-    >>> model = StackedCapsuleAutoencoder(num_parts=12, num_objects=4)
-    >>> fig = part_reconstructions(model, np.zeros((3, 40, 40, 1)))
+    >>> model = StackedCapsuleAutoencoder(
+    ...     image_shape=(28, 28, 1), num_parts=6, num_objects=4, object_dim=8
+    ... )
+    >>> fig = part_reconstructions(model, np.zeros((3, 28, 28, 1)))
     >>> len(fig.axes)
     9
     """
@@ -161,8 +163,10 @@ def object_presence_by_class(model, images, labels, kind="posterior"):
     >>> import numpy as np
     >>> from keras_capsules.models import StackedCapsuleAutoencoder
     >>> from keras_capsules.visualization import object_presence_by_class
-    >>> model = StackedCapsuleAutoencoder(num_parts=12, num_objects=4)
-    >>> images = np.zeros((20, 40, 40, 1))
+    >>> model = StackedCapsuleAutoencoder(
+    ...     image_shape=(28, 28, 1), num_parts=6, num_objects=4, object_dim=8
+    ... )
+    >>> images = np.zeros((20, 28, 28, 1))
     >>> fig = object_presence_by_class(model, images, np.arange(20) % 10)
     >>> fig.axes[0].images[0].get_array().shape
     (10, 4)
