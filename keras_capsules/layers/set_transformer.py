@@ -8,6 +8,7 @@ from keras import ops
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
 from keras_capsules.layers._sonnet import dense
+from keras_capsules.ops._dtypes import compute_dtypes
 
 PRESENCE_MASKINGS = ("official", "log")
 # The official penalty of an absent element, and the logit of the keys
@@ -81,12 +82,8 @@ class _Attention(keras.layers.Layer):
             self.query_maps, self.key_maps, self.value_maps
         ):
             q, k, v = query_map(queries), key_map(keys), value_map(values)
-            dtype = q.dtype
-            if keras.backend.standardize_dtype(dtype) in (
-                "float16",
-                "bfloat16",
-            ):
-                q, k = ops.cast(q, "float32"), ops.cast(k, "float32")
+            dtype, compute_dtype = compute_dtypes(q)
+            q, k = ops.cast(q, compute_dtype), ops.cast(k, compute_dtype)
             logits = ops.matmul(q, ops.transpose(k, (0, 2, 1)))
             scale = math.sqrt(q.shape[-1])
             logits = logits / scale

@@ -91,7 +91,8 @@ class TemplateDecoder(keras.layers.Layer):
             needed with `colorize=True`.
 
     Output shape:
-        A dict of tensors: `"templates"` the warped templates
+        A dict of tensors: `"source_templates"` the templates before
+        warping (see `templates`), `"templates"` the warped templates
         `(batch, num_templates, height, width, channels)`,
         `"template_logits"` their mixing logits `(batch, num_templates,
         height, width, 1)` (or `channels`), and `"background"` and
@@ -232,6 +233,7 @@ class TemplateDecoder(keras.layers.Layer):
             logits = warped_templates / temperature
             background_logit = background / temperature
         return {
+            "source_templates": templates,
             "templates": warped_templates,
             "template_logits": logits,
             "background": background,
@@ -241,7 +243,13 @@ class TemplateDecoder(keras.layers.Layer):
     def compute_output_shape(self, poses_shape, features_shape=None):
         batch = poses_shape[0]
         canvas = (batch, self.num_templates) + self.output_size
+        source = self.template_size + (self.channels,)
         return {
+            "source_templates": (
+                batch if self.colorize else 1,
+                self.num_templates,
+            )
+            + source,
             "templates": canvas + (self.channels,),
             "template_logits": canvas
             + (1 if self.use_alpha_channel else self.channels,),

@@ -5,6 +5,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_positive_int
+from keras_capsules.models._base import is_auto
 from keras_capsules.ops.sparsity import capsule_sparsity
 from keras_capsules.optimizers.rmsprop import RMSprop
 
@@ -182,11 +183,7 @@ class OfficialTraining:
                 f"Received: total_steps={total_steps}"
             )
         for name, value in (("loss", loss), ("metrics", metrics)):
-            if (
-                value is not None
-                and not (isinstance(value, str) and value == "auto")
-                and value != []
-            ):
+            if value is not None and not is_auto(value) and value != []:
                 raise ValueError(
                     "StackedCapsuleAutoencoder computes its own loss and "
                     f"logs its terms; compile() takes no {name}. "

@@ -307,7 +307,10 @@ class StackedCapsuleAutoencoder(
         batch = ops.shape(images)[0]
         parts = self.part_encoder(images, training=training)
         poses, presence = parts["poses"], parts["presence"]
-        templates = self.template_decoder.templates(parts["features"])
+        # One decoder pass: its unwarped templates also feed the object
+        # encoder.
+        image = self.template_decoder(poses, parts["features"])
+        templates = image["source_templates"]
         templates = ops.broadcast_to(
             templates, (batch,) + tuple(templates.shape[1:])
         )
@@ -337,7 +340,6 @@ class StackedCapsuleAutoencoder(
             ops.stop_gradient(presence),
             normalize_mixing=self.normalize_part_mixing,
         )
-        image = self.template_decoder(poses, parts["features"])
         image_log_likelihood = template_mixture_log_likelihood(
             images,
             image["templates"],
