@@ -40,20 +40,24 @@ class _EpochTimer(keras.callbacks.Callback):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--model", choices=("matrix_capsnet", "capsnet"), default="capsnet"
+        "--model",
+        choices=("matrix_capsnet", "capsnet", "stacked_capsule_autoencoder"),
+        default="capsnet",
     )
     parser.add_argument(
         "--preset",
         choices=("full", "small", "tiny"),
         default="small",
-        help="MatrixCapsNet preset (ignored for capsnet).",
+        help="MatrixCapsNet preset (the others use their own: CapsNet's "
+        "defaults, StackedCapsuleAutoencoder's 'mnist').",
     )
     parser.add_argument(
         "--image-size",
         type=int,
         default=28,
         help="Height and width of the one-channel images (32 matches "
-        "benchmarks.run's MatrixCapsNet).",
+        "benchmarks.run's MatrixCapsNet; the 'mnist' "
+        "StackedCapsuleAutoencoder takes 40).",
     )
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--images", type=int, default=3200)
@@ -80,17 +84,28 @@ def main(argv=None):
         model = keras_capsules.models.CapsNet(
             image_shape=shape, num_classes=args.classes
         )
-    else:
+    elif args.model == "matrix_capsnet":
         model = keras_capsules.models.MatrixCapsNet.from_preset(
             args.preset, image_shape=shape, num_classes=args.classes
+        )
+    else:
+        model = keras_capsules.models.StackedCapsuleAutoencoder.from_preset(
+            "mnist"
         )
     kwargs = {}
     if args.jit_compile != "default":
         kwargs["jit_compile"] = args.jit_compile == "true"
+    if args.model == "stacked_capsule_autoencoder":
+        # Its official epsilon depends on the batch size.
+        kwargs["batch_size"] = args.batch
     model.compile(**kwargs)
     x = rng.uniform(size=(args.images,) + shape).astype("float32")
     labels = rng.integers(0, args.classes, args.images)
-    y = keras.utils.to_categorical(labels, args.classes)
+    y = (
+        labels  # the autoencoder's probes take integer labels
+        if args.model == "stacked_capsule_autoencoder"
+        else keras.utils.to_categorical(labels, args.classes)
+    )
     timer = _EpochTimer()
     model.fit(
         x,
@@ -102,7 +117,9 @@ def main(argv=None):
     )
     result = {
         "model": args.model,
-        "preset": args.preset if args.model == "matrix_capsnet" else None,
+        "preset": {"matrix_capsnet": args.preset, "capsnet": None}.get(
+            args.model, "mnist"
+        ),
         "image_shape": shape,
         "images": args.images,
         "batch": args.batch,
