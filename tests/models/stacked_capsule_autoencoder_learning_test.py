@@ -8,9 +8,7 @@ image log-likelihood must rise by more than 3 nats (7 to 14 seen, by
 backend) and the posterior probe's cross-entropy must fall by more than
 0.1 (0.13 to 1.4 seen: the probe starts from the weights' initialisation,
 which differs by backend). The probe's accuracy is still near chance
-after so few steps. PyTorch runs the model eagerly, 2.5 minutes here, so
-the test runs on TensorFlow and JAX (it passed on PyTorch too: +13.7
-nats, 3.29 -> 2.59).
+after so few steps.
 """
 
 import keras
@@ -36,8 +34,6 @@ def _scores(model, x, y):
 
 class StackedCapsuleAutoencoderLearningTest(TestCase):
     def test_reconstruction_and_probe_improve(self):
-        if keras.backend.backend() == "torch":
-            self.skipTest("eager PyTorch: too slow for CI (see docstring)")
         keras.utils.set_random_seed(0)
         x, y = mnist.load_sample("train")
         x_test, y_test = mnist.load_sample("test")
