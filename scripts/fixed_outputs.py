@@ -305,6 +305,189 @@ def _default_training_outputs():
     return out
 
 
+# The Stacked Capsule Autoencoder: a small network, the presence noise
+# off so that no value depends on how noise is drawn. Its weights are
+# written with its outputs; `--compare` loads them before computing, so
+# that a change of initialisation or of variable order does not hide a
+# change of the maths.
+SCAE_CONFIG = dict(
+    image_shape=(28, 28, 1),
+    num_parts=6,
+    num_objects=4,
+    template_size=(7, 7),
+    num_part_features=4,
+    object_dim=8,
+    noise_scale=0.0,
+    seed=0,
+)
+
+
+def _scae_ops_outputs():
+    kc = keras_capsules.ops
+    out = {}
+    params = _array((3, 5, 6), 50, -1, 1)
+    out["scae_geometric_transform"] = kc.geometric_transform(params)
+    out["scae_geometric_transform_similarity_matrix"] = kc.geometric_transform(
+        params, similarity=True, as_matrix=True
+    )
+    poses = kc.geometric_transform(params)
+    out["scae_affine_sampling_grid"] = kc.affine_sampling_grid(
+        poses, (12, 12), (5, 5)
+    )
+    templates = _array((3, 5, 5, 5, 2), 51)
+    out["scae_bilinear_sample"] = kc.bilinear_sample(
+        _array((3, 6, 6, 2), 52), _array((3, 10, 2), 53, -1, 7)
+    )
+    warped = kc.warp_templates(templates, poses, (12, 12))
+    out["scae_warp_templates"] = warped
+    images = _array((3, 12, 12, 2), 54)
+    mixture = (
+        warped,
+        _array((3, 5, 12, 12, 1), 55, -2, 2),
+        _array((3, 5), 56),
+        _array((1,), 57),
+        _array((1,), 58, 0.1, 1),
+    )
+    out["scae_template_mixture_log_likelihood"] = (
+        kc.template_mixture_log_likelihood(images, *mixture)
+    )
+    out["scae_template_mixture_mode"] = kc.template_mixture_mode(
+        *mixture, return_components=True
+    )
+    part_poses = _array((3, 5, 6), 59, -1, 1)
+    votes = _array((3, 4, 5, 6), 60, -1, 1)
+    scales = _array((3, 4, 5), 61, 0.1, 2)
+    presence = _array((3, 4, 5), 62)
+    for normalize in (False, True):
+        out[f"scae_part_pose_log_likelihood_{normalize}"] = (
+            kc.part_pose_log_likelihood(
+                part_poses,
+                votes,
+                scales,
+                presence,
+                _array((3, 5), 63),
+                normalize_mixing=normalize,
+                return_winners=True,
+            )
+        )
+    for kind in ("l2", "entropy"):
+        out[f"scae_capsule_sparsity_{kind}"] = kc.capsule_sparsity(
+            _array((8, 4), 64), kind
+        )
+    return out
+
+
+def _scae_layer_cases():
+    """(name, inputs as NumPy, layer factory) for the SCAE's layers."""
+    images = _array((3, 28, 28, 1), 70)
+    poses = keras_capsules.ops.geometric_transform(_array((3, 6, 6), 71, -1, 1))
+    poses = ops.convert_to_numpy(poses)
+    features = _array((3, 6, 4), 72, -1, 1)
+    parts = _array((3, 6, 9), 73, -1, 1)
+    presence = _array((3, 6), 74)
+    objects = _array((3, 4, 8), 75, -1, 1)
+    return [
+        (
+            "scae_part_capsule_encoder",
+            [images],
+            lambda: layers.PartCapsuleEncoder(
+                num_capsules=6, num_features=4, noise_scale=0.0
+            ),
+        ),
+        (
+            "scae_template_decoder",
+            [poses, features],
+            lambda: layers.TemplateDecoder(
+                output_size=(28, 28),
+                num_templates=6,
+                template_size=(7, 7),
+            ),
+        ),
+        (
+            "scae_set_transformer",
+            [parts, presence],
+            lambda: layers.SetTransformer(num_outputs=4, output_dim=8),
+        ),
+        (
+            "scae_set_transformer_log",
+            [parts, presence],
+            lambda: layers.SetTransformer(
+                num_outputs=4, output_dim=8, presence_masking="log"
+            ),
+        ),
+        (
+            "scae_object_capsule_decoder",
+            [objects],
+            lambda: layers.ObjectCapsuleDecoder(num_parts=6, noise_scale=0.0),
+        ),
+    ]
+
+
+def _scae_model():
+    return models.StackedCapsuleAutoencoder(**SCAE_CONFIG)
+
+
+def _saved_weights(reference, name):
+    """The weights `name` was computed with, from a `--compare` file."""
+    count = int(reference[f"{name}_weights/count"])
+    return [reference[f"{name}_weights/{i}"] for i in range(count)]
+
+
+def _scae_outputs(reference=None):
+    out = {}
+    for name, arrays, make_layer in _scae_layer_cases():
+        keras.utils.set_random_seed(0)
+        layer = make_layer()
+        outputs = layer(*arrays)
+        if reference is not None:
+            layer.set_weights(_saved_weights(reference, name))
+            outputs = layer(*arrays)
+        weights = layer.get_weights()
+        out[f"{name}_weights"] = [np.asarray(len(weights))] + weights
+        if isinstance(outputs, dict):
+            for key, value in outputs.items():
+                out[f"{name}_call_{key}"] = value
+        else:
+            out[f"{name}_call"] = outputs
+    images = _array((4, 28, 28, 1), 76)
+    labels = np.array([1, 3, 5, 7])
+    jit_compile = keras.backend.backend() != "torch"
+    for step, compile_kwargs in (
+        ("default", {}),
+        ("sgd", {"optimizer": keras.optimizers.SGD(0.01)}),
+    ):
+        for with_labels in (False, True):
+            name = f"scae_model_{step}_{'labels' if with_labels else 'images'}"
+            keras.utils.set_random_seed(0)
+            model = _scae_model()
+            if reference is not None:
+                model.set_weights(_saved_weights(reference, "scae_model"))
+            if step == "default" and not with_labels:
+                weights = model.get_weights()
+                out["scae_model_weights"] = [np.asarray(len(weights))]
+                out["scae_model_weights"] += weights
+                out["scae_model_weight_paths"] = np.array(
+                    [w.path for w in model.weights]
+                )
+                predicted = model.predict(images, verbose=0)
+                for key, value in predicted.items():
+                    out[f"scae_model_predict_{key}"] = value
+                out["scae_model_reconstruct"] = model.reconstruct(
+                    images, return_parts=True
+                )
+            model.compile(jit_compile=jit_compile, **compile_kwargs)
+            logs = model.train_on_batch(
+                images, labels if with_labels else None, return_dict=True
+            )
+            for key, value in logs.items():
+                out[f"{name}_log_{key}"] = np.asarray(value)
+            out[f"{name}_weights_after"] = model.get_weights()
+            out[f"{name}_optimizer"] = [
+                ops.convert_to_numpy(v) for v in model.optimizer.variables
+            ]
+    return out
+
+
 def _flatten(results):
     arrays = {}
     for name, value in results.items():
@@ -316,12 +499,14 @@ def _flatten(results):
     return arrays
 
 
-def compute():
+def compute(reference=None):
     results = {}
     results.update(_ops_outputs())
     results.update(_layer_outputs())
     results.update(_model_outputs())
     results.update(_default_training_outputs())
+    results.update(_scae_ops_outputs())
+    results.update(_scae_outputs(reference))
     return _flatten(results)
 
 
@@ -332,12 +517,12 @@ def main(argv=None):
     group.add_argument("--compare", help="compare with this .npz file")
     args = parser.parse_args(argv)
     print(f"backend: {keras.backend.backend()}")
-    arrays = compute()
+    reference = np.load(args.compare) if args.compare else None
+    arrays = compute(reference)
     if args.output:
         np.savez(args.output, **arrays)
         print(f"{len(arrays)} arrays written to {args.output}")
         return 0
-    reference = np.load(args.compare)
     differ = 0
     for name in sorted(set(reference.files) | set(arrays)):
         if name not in arrays or name not in reference.files:
@@ -346,8 +531,19 @@ def main(argv=None):
             continue
         a, b = reference[name], arrays[name]
         if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
-            diff = np.max(np.abs(a - b)) if a.shape == b.shape else "shape"
-            print(f"differs: {name} (max abs difference {diff})")
+            if a.shape != b.shape:
+                diff = "shape"
+            elif a.dtype.kind not in "fiu":
+                diff = "text"
+            else:
+                a, b = a.astype("float64"), b.astype("float64")
+                scale = np.maximum(np.abs(a), np.abs(b))
+                relative = np.abs(a - b) / np.where(scale > 0, scale, 1)
+                diff = (
+                    f"{np.max(np.abs(a - b)):.3g} absolute, "
+                    f"{np.max(relative):.3g} relative"
+                )
+            print(f"differs: {name} (max {diff})")
             differ += 1
     names = set(reference.files) | set(arrays)
     print(f"{len(names) - differ} of {len(names)} arrays bit-identical")
