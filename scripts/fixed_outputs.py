@@ -452,9 +452,9 @@ def _scae_outputs(reference=None):
     images = _array((4, 28, 28, 1), 76)
     labels = np.array([1, 3, 5, 7])
     jit_compile = keras.backend.backend() != "torch"
-    for step, compile_kwargs in (
-        ("default", {}),
-        ("sgd", {"optimizer": keras.optimizers.SGD(0.01)}),
+    for step, optimizer in (
+        ("default", lambda: "auto"),
+        ("sgd", lambda: keras.optimizers.SGD(0.01)),
     ):
         for with_labels in (False, True):
             name = f"scae_model_{step}_{'labels' if with_labels else 'images'}"
@@ -475,7 +475,7 @@ def _scae_outputs(reference=None):
                 out["scae_model_reconstruct"] = model.reconstruct(
                     images, return_parts=True
                 )
-            model.compile(jit_compile=jit_compile, **compile_kwargs)
+            model.compile(optimizer=optimizer(), jit_compile=jit_compile)
             logs = model.train_on_batch(
                 images, labels if with_labels else None, return_dict=True
             )
