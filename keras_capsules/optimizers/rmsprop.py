@@ -71,14 +71,26 @@ class RMSprop(keras.optimizers.RMSprop):
     def build(self, var_list):
         if self.built:
             return
-        super().build(var_list)
-        if self.initial_velocity:
-            for velocity in self._velocities:
-                velocity.assign(
-                    keras.ops.full(
-                        velocity.shape, self.initial_velocity, velocity.dtype
-                    )
-                )
+        # Keras's RMSprop builds its slots with `add_optimizer_variables`,
+        # which starts them at zero; its own build is replaced here so that
+        # the velocities are created holding their initial value. An
+        # assignment after creation would be lost where Keras builds the
+        # optimizer inside a traced train function (TensorFlow keeps the
+        # variables created in a trace with their initializers).
+        super(keras.optimizers.RMSprop, self).build(var_list)
+        self._velocities = self.add_optimizer_variables(
+            var_list,
+            "velocity",
+            initializer=keras.initializers.Constant(self.initial_velocity),
+        )
+        self._momentums = []
+        if self.momentum > 0:
+            self._momentums = self.add_optimizer_variables(var_list, "momentum")
+        self._average_gradients = []
+        if self.centered:
+            self._average_gradients = self.add_optimizer_variables(
+                var_list, "average_gradient"
+            )
 
     def get_config(self):
         config = super().get_config()
