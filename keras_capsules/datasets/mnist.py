@@ -268,10 +268,13 @@ def _check_arrays(x, y, owner):
 class _SeededBatches(keras.utils.PyDataset):
     """What the NumPy datasets share: batches of `self.x` in an order drawn
     from `(self.seed, self.epoch)`, reshuffled every epoch when
-    `self.shuffle`; `epoch` can be set."""
+    `self.shuffle`; `epoch` can be set. Process `self.process_id` of
+    `self.num_processes` takes the `process_id`-th slice of every batch."""
 
     shuffle = True
     drop_remainder = False
+    num_processes = 1
+    process_id = 0
 
     @property
     def epoch(self):
@@ -287,7 +290,32 @@ class _SeededBatches(keras.utils.PyDataset):
         else:
             self._order = np.arange(len(self.x))
 
+    def _check_processes(self, num_processes, process_id):
+        """Sets `num_processes` and `process_id`; raises unless `process_id`
+        is below `num_processes` and `self.batch_size` a multiple of it."""
+        owner = self._owner
+        self.num_processes = check_positive_int(
+            num_processes, "num_processes", owner
+        )
+        self.process_id = check_int(process_id, "process_id", owner=owner)
+        if self.process_id >= self.num_processes:
+            raise ValueError(
+                f"`{owner}`: argument `process_id` must be below "
+                f"num_processes ({self.num_processes}). "
+                f"Received: process_id={process_id}"
+            )
+        # Every process must feed a batch of the same shape, else JAX
+        # cannot assemble the global batch.
+        if self.batch_size % self.num_processes:
+            raise ValueError(
+                f"`{owner}`: argument `batch_size` must be a multiple of "
+                f"num_processes ({self.num_processes}). "
+                f"Received: batch_size={self.batch_size}"
+            )
+
     def _check_drop_remainder(self, drop_remainder):
+        """Sets `drop_remainder`; raises unless `self.x` holds a batch when
+        it is `True`, and the last batch splits over the processes."""
         self.drop_remainder = check_bool(
             drop_remainder, "drop_remainder", owner=self._owner
         )
@@ -297,6 +325,30 @@ class _SeededBatches(keras.utils.PyDataset):
                 f"least one batch of {self.batch_size} images. "
                 f"Received: x.shape={self.x.shape}"
             )
+        last = 0 if self.drop_remainder else len(self.x) % self.batch_size
+        if last % self.num_processes:
+            raise ValueError(
+                f"`{self._owner}`: the last batch of the {len(self.x)} "
+                f"images, {last}, must split evenly over num_processes "
+                f"({self.num_processes}); pass drop_remainder=True or a "
+                f"number of images that does. "
+                f"Received: x.shape={self.x.shape}"
+            )
+
+    def _batch(self, index):
+        """The indices into `self.x` of batch `index`, for all processes."""
+        return self._order[index * self.batch_size :][: self.batch_size]
+
+    def _share(self, batch, *draws):
+        """This process's slice of `batch` and of each per-image draw.
+
+        The draws are made for the whole batch, so that a process's share
+        has the draws it has in the single-process stream.
+        """
+        share = len(batch) // self.num_processes
+        start = self.process_id * share
+        chosen = slice(start, start + share)
+        return (batch[chosen],) + tuple(draw[chosen] for draw in draws)
 
     def __len__(self):
         if self.drop_remainder:
@@ -407,48 +459,17 @@ class ShiftedDigits(_SeededBatches):
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)
         self.seed = check_int(seed, "seed", owner=owner)
         self.max_shift = check_int(max_shift, "max_shift", owner=owner)
-        self.num_processes = check_positive_int(
-            num_processes, "num_processes", owner
-        )
-        self.process_id = check_int(process_id, "process_id", owner=owner)
-        if self.process_id >= self.num_processes:
-            raise ValueError(
-                f"`{owner}`: argument `process_id` must be below "
-                f"num_processes ({self.num_processes}). "
-                f"Received: process_id={process_id}"
-            )
-        # Every process must feed a batch of the same shape, else JAX
-        # cannot assemble the global batch.
-        if self.batch_size % self.num_processes:
-            raise ValueError(
-                f"`{owner}`: argument `batch_size` must be a multiple of "
-                f"num_processes ({self.num_processes}). "
-                f"Received: batch_size={batch_size}"
-            )
+        self._check_processes(num_processes, process_id)
         self._check_drop_remainder(drop_remainder)
-        last = 0 if self.drop_remainder else len(self.x) % self.batch_size
-        if last % self.num_processes:
-            raise ValueError(
-                f"`{owner}`: the last batch of the {len(self.x)} images, "
-                f"{last}, must split evenly over num_processes "
-                f"({self.num_processes}); pass drop_remainder=True or a "
-                f"number of images that does. "
-                f"Received: x.shape={self.x.shape}"
-            )
         self.epoch = 0
 
     def __getitem__(self, index):
-        batch = self._order[index * self.batch_size :][: self.batch_size]
+        batch = self._batch(index)
         m = self.max_shift
         height, width = self.x.shape[1:3]
         rng = np.random.default_rng([self.seed, self.epoch, index])
-        # Drawn for the whole batch, so that a process's share has the
-        # shifts it has in the single-process stream.
         rows, cols = rng.integers(0, 2 * m + 1, size=(2, len(batch)))
-        share = len(batch) // self.num_processes
-        start = self.process_id * share
-        chosen = slice(start, start + share)
-        batch, rows, cols = batch[chosen], rows[chosen], cols[chosen]
+        batch, rows, cols = self._share(batch, rows, cols)
         padded = np.pad(self.x[batch], ((0, 0), (m, m), (m, m), (0, 0)))
         images = [
             image[r : r + height, c : c + width]
@@ -501,6 +522,13 @@ class PaddedDigits(_SeededBatches):
     pass `keras_capsules.callbacks.DatasetEpoch(dataset)` and
     `shuffle=False` to `fit` to resume a run on the same batches.
 
+    As in `ShiftedDigits`, processes of a data-parallel job can share every
+    batch: give every process the same arguments and its own `process_id`.
+    Process `p` of `num_processes` then takes the `p`-th slice of each
+    batch of the single-process stream, `batch_size // num_processes`
+    images, at the offsets they have there; the slices of all processes
+    make up that stream.
+
     Kosiorek et al., 2019, [Stacked Capsule Autoencoders](
     https://arxiv.org/abs/1906.06818), section 4.
 
@@ -510,19 +538,27 @@ class PaddedDigits(_SeededBatches):
         y: Optional labels, an array of `N` rows. Defaults to `None`.
         canvas_size: Int at least the images' height and width. Defaults
             to `40`.
-        batch_size: Positive int. Defaults to `128`, the official batch.
+        batch_size: Positive int, images per batch over all processes.
+            Defaults to `128`, the official batch.
         seed: Int `>= 0`. Defaults to `0`.
         shuffle: Bool, whether to reshuffle every epoch. Defaults to
             `True`.
         drop_remainder: Bool, whether to leave out the last, smaller
             batch. Defaults to `False`.
+        num_processes: Keyword-only positive int, the number of processes
+            that share every batch; `batch_size` and the size of the last
+            batch must be multiples of it. Defaults to `1`.
+        process_id: Keyword-only int in `[0, num_processes)`, the share
+            this process takes. Defaults to `0`.
         **kwargs: `workers`, `use_multiprocessing` and `max_queue_size` of
             `keras.utils.PyDataset`.
 
     Raises:
         ValueError: If `x` is not of rank 4 or holds NaN or an infinity,
-            `y` does not hold one row per image, or an argument is out of
-            its range.
+            `y` does not hold one row per image, a batch cannot be split
+            evenly over `num_processes`, or another argument is out of its
+            range.
+        TypeError: If `shuffle` or `drop_remainder` is not a bool.
 
     Example:
 
@@ -534,6 +570,11 @@ class PaddedDigits(_SeededBatches):
     >>> images, labels = mnist.PaddedDigits(x, y, batch_size=100)[0]
     >>> labels.shape
     (100, 10)
+    >>> share = mnist.PaddedDigits(
+    ...     x, batch_size=100, num_processes=2, process_id=1
+    ... )
+    >>> len(share), share[0].shape
+    (10, (50, 40, 40, 1))
     """
 
     def __init__(
@@ -545,6 +586,9 @@ class PaddedDigits(_SeededBatches):
         seed=0,
         shuffle=True,
         drop_remainder=False,
+        *,
+        num_processes=1,
+        process_id=0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -560,11 +604,12 @@ class PaddedDigits(_SeededBatches):
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)
         self.seed = check_int(seed, "seed", owner=owner)
         self.shuffle = check_bool(shuffle, "shuffle", owner=owner)
+        self._check_processes(num_processes, process_id)
         self._check_drop_remainder(drop_remainder)
         self.epoch = 0
 
     def __getitem__(self, index):
-        batch = self._order[index * self.batch_size :][: self.batch_size]
+        batch = self._batch(index)
         height, width = self.x.shape[1:3]
         rng = np.random.default_rng([self.seed, self.epoch, index])
         spare_rows = self.canvas_size - height
@@ -579,6 +624,7 @@ class PaddedDigits(_SeededBatches):
             width,
             self.canvas_size,
         )
+        batch, rows, cols = self._share(batch, rows, cols)
         canvas = np.zeros(
             (len(batch), self.canvas_size, self.canvas_size) + self.x.shape[3:],
             dtype=self.x.dtype,

@@ -814,3 +814,134 @@ class PaddedDigitsTest(testing.TestCase):
             mnist.PaddedDigits(np.zeros((4, 28, 28)))
         with self.assertRaisesRegex(ValueError, "NaN"):
             mnist.PaddedDigits(np.full((4, 28, 28, 1), np.nan))
+
+    @parameterized.named_parameters(
+        ("labelled_shuffled", True, True),
+        ("labelled_in_order", True, False),
+        ("unlabelled_shuffled", False, True),
+        ("unlabelled_in_order", False, False),
+    )
+    def test_processes_share_every_batch_of_the_single_process_stream(
+        self, labelled, shuffle
+    ):
+        x, y = mnist.load_sample("test")
+        x, y = x[:200], (y[:200] if labelled else None)
+        # Three batches of 64 and one of 8.
+        arguments = dict(batch_size=64, seed=3, shuffle=shuffle)
+        whole = mnist.PaddedDigits(x, y, **arguments)
+        for num_processes in (2, 4):
+            shares = [
+                mnist.PaddedDigits(
+                    x,
+                    y,
+                    **arguments,
+                    num_processes=num_processes,
+                    process_id=p,
+                )
+                for p in range(num_processes)
+            ]
+            for epoch in (0, 1):
+                whole.epoch = epoch
+                for share in shares:
+                    share.epoch = epoch
+                for index in range(len(whole)):
+                    batch = whole[index]
+                    parts = [share[index] for share in shares]
+                    if not labelled:
+                        batch = (batch,)
+                        parts = [(part,) for part in parts]
+                    self.assertEqual(
+                        {len(part[0]) for part in parts},
+                        {len(batch[0]) // num_processes},
+                    )
+                    # In order, at the offsets of the single-process
+                    # stream: process p holds the p-th slice.
+                    for i, expected in enumerate(batch):
+                        np.testing.assert_array_equal(
+                            np.concatenate([part[i] for part in parts]),
+                            expected,
+                        )
+
+    def test_single_process_batches_are_unchanged(self):
+        # The offsets of a batch are drawn as before num_processes existed.
+        x, y = mnist.load_sample("test")
+        images, labels = mnist.PaddedDigits(x[:100], y[:100], batch_size=50)[1]
+        order = np.random.default_rng([0, 0]).permutation(100)[50:]
+        rng = np.random.default_rng([0, 0, 1])
+        rows = mnist.canvas_offsets(rng.integers(-12, 13, 50), 28, 40)
+        cols = mnist.canvas_offsets(rng.integers(-12, 13, 50), 28, 40)
+        expected = np.zeros((50, 40, 40, 1), "float32")
+        for i, (row, col) in enumerate(zip(rows, cols)):
+            expected[i, row : row + 28, col : col + 28] = x[order[i]]
+        np.testing.assert_array_equal(images, expected)
+        np.testing.assert_array_equal(labels, y[order])
+        share = mnist.PaddedDigits(
+            x[:100], y[:100], batch_size=50, num_processes=5, process_id=3
+        )[1]
+        np.testing.assert_array_equal(share[0], expected[30:40])
+        np.testing.assert_array_equal(share[1], y[order[30:40]])
+
+    def test_drop_remainder_over_processes(self):
+        x, _ = mnist.load_sample("test")
+        # 200 images at batch 63 leave 11, which 3 processes cannot split.
+        with self.assertRaisesRegex(
+            ValueError,
+            r"^`mnist.PaddedDigits`: the last batch of the 200 images, 11, "
+            r"must split evenly over num_processes \(3\); pass "
+            r"drop_remainder=True.*Received: x.shape=\(200, 28, 28, 1\)$",
+        ):
+            mnist.PaddedDigits(
+                x[:200], batch_size=63, num_processes=3, process_id=2
+            )
+        share = mnist.PaddedDigits(
+            x[:200],
+            batch_size=63,
+            num_processes=3,
+            process_id=2,
+            drop_remainder=True,
+        )
+        self.assertLen(share, 3)
+        self.assertEqual(share[2].shape, (21, 40, 40, 1))
+
+    @parameterized.named_parameters(
+        (
+            "num_processes",
+            dict(num_processes=0),
+            "num_processes.*Received: num_processes=0",
+        ),
+        (
+            "process_id_negative",
+            dict(num_processes=2, process_id=-1),
+            "process_id.*Received: process_id=-1",
+        ),
+        (
+            "process_id",
+            dict(num_processes=2, process_id=2),
+            r"process_id.*below num_processes \(2\).*"
+            "Received: process_id=2",
+        ),
+        (
+            "batch_size_over_processes",
+            dict(batch_size=3, num_processes=2),
+            r"batch_size.*multiple of num_processes \(2\).*"
+            "Received: batch_size=3",
+        ),
+        (
+            "last_batch_over_processes",
+            dict(x=np.zeros((5, 28, 28, 1)), batch_size=4, num_processes=2),
+            r"last batch of the 5 images, 1, must split evenly over "
+            r"num_processes \(2\); pass drop_remainder=True.*"
+            r"Received: x.shape=\(5, 28, 28, 1\)",
+        ),
+    )
+    def test_invalid_process_arguments(self, kwargs, pattern):
+        arguments = dict(x=np.zeros((4, 28, 28, 1)), batch_size=4)
+        with self.assertRaisesRegex(
+            ValueError, r"^`mnist.PaddedDigits`: .*" + pattern + "$"
+        ):
+            mnist.PaddedDigits(**{**arguments, **kwargs})
+
+    def test_process_arguments_are_keyword_only(self):
+        x = np.zeros((4, 28, 28, 1))
+        with self.assertRaises(TypeError):
+            mnist.PaddedDigits(x, None, 40, 4, 0, True, False, 2, 1)
