@@ -9,6 +9,7 @@ on TensorFlow, JAX and PyTorch through `keras.ops`.
 
 from keras_capsules import callbacks
 from keras_capsules import datasets
+from keras_capsules import initializers
 from keras_capsules import layers
 from keras_capsules import losses
 from keras_capsules import metrics
@@ -22,6 +23,7 @@ __all__ = [
     "__version__",
     "callbacks",
     "datasets",
+    "initializers",
     "layers",
     "losses",
     "metrics",

@@ -9,11 +9,15 @@
 - No module of `keras_capsules/ops/` (the EM engine in `ops/em/`
   included), `keras_capsules/layers/` or `keras_capsules/models/` is
   longer than 450 lines.
+- The docstrings of public classes and of their `__init__` are references
+  of at most 90 lines each; the narrative lives in `docs/`.
 """
 
 import ast
+import inspect
 import pathlib
 
+import keras_capsules
 from keras_capsules.testing import TestCase
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -26,6 +30,7 @@ _FOLDERS = (
     "tests",
 )
 _MAX_LINES = 450
+_MAX_DOCSTRING_LINES = 90
 
 
 def _is_private(name):
@@ -144,6 +149,26 @@ class ArchitectureTest(TestCase):
                 lines = len(path.read_text().splitlines())
                 if lines > _MAX_LINES:
                     found.append(f"{path.relative_to(_ROOT)}: {lines} lines")
+        self.assertEqual(found, [])
+
+    def test_public_class_docstrings_stay_short(self):
+        found = []
+        for module_name in keras_capsules.__all__:
+            module = getattr(keras_capsules, module_name)
+            if not inspect.ismodule(module):
+                continue
+            for name, value in vars(module).items():
+                if name.startswith("_") or not inspect.isclass(value):
+                    continue
+                for where, doc in (
+                    (name, value.__doc__),
+                    (f"{name}.__init__", vars(value).get("__init__", None)),
+                ):
+                    if callable(doc):
+                        doc = doc.__doc__
+                    lines = len((doc or "").splitlines())
+                    if lines > _MAX_DOCSTRING_LINES:
+                        found.append(f"{module_name}.{where}: {lines} lines")
         self.assertEqual(found, [])
 
     def test_only_the_backend_module_asks_for_the_backend(self):

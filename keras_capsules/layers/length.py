@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_capsules.ops._dtypes import compute_dtypes
+
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class Length(keras.layers.Layer):
@@ -85,7 +87,10 @@ class Length(keras.layers.Layer):
 
     def call(self, inputs):
         axis = self._canonical_axis(len(inputs.shape), inputs.shape)
-        squares = ops.square(ops.cast(inputs, "float32"))
+        # float32 for half-precision inputs, the inputs' own float dtype
+        # otherwise (float64 stays float64).
+        _, compute_dtype = compute_dtypes(inputs)
+        squares = ops.square(ops.cast(inputs, compute_dtype))
         lengths = ops.sqrt(ops.sum(squares, axis=axis) + keras.config.epsilon())
         return ops.cast(lengths, self.compute_dtype)
 

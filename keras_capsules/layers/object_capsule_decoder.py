@@ -4,9 +4,15 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_bool
-from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_positive_int
-from keras_capsules.layers._sonnet import linear_initializer
+from keras_capsules.initializers.fan_in_truncated_normal import (
+    FanInTruncatedNormal,
+)
+from keras_capsules.layers._presence_noise import check_noise_arguments
+from keras_capsules.layers._presence_noise import presence_noise
+from keras_capsules.layers._presence_noise import save_seed_state
+from keras_capsules.layers._presence_noise import without_seed_state
+from keras_capsules.ops._dtypes import matmul
 from keras_capsules.ops.poses import geometric_transform
 
 _POSE_DIM = 6
@@ -14,7 +20,7 @@ _POSE_DIM = 6
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class ObjectCapsuleDecoder(keras.layers.Layer):
-    """Turns object capsule features into votes for the part poses.
+    """Turns object capsules into votes for the part poses.
 
     The decoder of the object capsule autoencoder of Stacked Capsule
     Autoencoders, as the official code builds it. Each object capsule `k`
@@ -22,32 +28,28 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
     `num_params` outputs) that maps its feature vector to capsule
     parameters, and, after a constant 1 is appended to them, its own
     second MLP (`hidden_dim` ReLU units, then an output layer without a
-    bias) that gives
-
-    - the object-viewer relation `OV_k` (6 pose parameters, plus a
-      learned bias);
-    - the dynamic part of each object-part relation, `OP_km` for the
-      `num_parts` parts, added to a learned static part;
-    - a capsule presence logit and a presence logit for each vote (plus
-      learned biases), with uniform noise in `[-noise_scale / 2,
-      noise_scale / 2]` added to both;
-    - a scale logit for each vote (plus a learned bias).
+    bias) that gives the object-viewer relation `OV_k` (6 pose parameters
+    plus a learned bias); the dynamic part of each object-part relation
+    `OP_km`, added to a learned static part; a capsule presence logit and
+    one presence logit per vote (plus learned biases); and a scale logit
+    per vote (plus a learned bias).
 
     Poses go through `keras_capsules.ops.geometric_transform`. The vote of
     object `k` for part `m` is the affine transform `OV_k OP_km`; its
     presence is `sigmoid(capsule logit) sigmoid(vote logit)`, its scale
     `softplus(logit + 0.5) + 0.01`. The capsule's presence is the largest
     presence of its votes (the official `caps_presence_prob`), and
-    `dynamic_l2` is half the squared norm of the dynamic parts, which the
-    official loss weights by 10.
+    `dynamic_l2` is half the squared norm of the dynamic parts.
+
+    **Presence noise**, on the capsule and vote presence logits, as
+    `PartCapsuleEncoder`'s: uniform of width `noise_scale` in training;
+    outside training none, unless `inference_noise_seed` is an int (then
+    drawn from that seed alone, the same at every call).
 
     The official layer also creates a `dummy_vote` variable, of the shape
-    of one capsule's votes, for a "soft winner" reconstruction that the
-    official MNIST model does not use; it is created here too, so that
-    the parameter count equals the official one, and it gets no gradient.
-
-    Like the official code, the noise is added at evaluation time too
-    unless `noise_at_inference=False`.
+    of one capsule's votes, for a reconstruction that the official MNIST
+    model does not use; it is created here too, so that the parameter
+    count equals the official one.
 
     Paper: [Stacked Capsule Autoencoders](https://arxiv.org/abs/1906.06818)
     (Kosiorek, Sabour, Teh & Hinton, NeurIPS 2019).
@@ -60,21 +62,23 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
         hidden_dim: Positive int, the hidden units of both MLPs. Defaults
             to `128`.
         noise_scale: Non-negative float. Defaults to `4.0`.
-        noise_at_inference: Boolean. Defaults to `True`.
+        inference_noise_seed: Optional int `>= 0`. Defaults to `None`.
         similarity: Boolean, whether the relations are similarity
             transforms. Defaults to `False`.
-        seed: Optional int, the seed of the noise. Defaults to `None`.
+        seed: Optional int, the seed of the training noise. Defaults to
+            `None`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
     Input shape:
-        `(batch, num_objects, feature_dim)`.
+        `(batch, num_object_capsules, object_capsule_dim)`.
 
     Output shape:
-        A dict of tensors: `"votes"` `(batch, num_objects, num_parts, 6)`,
-        `"vote_scales"` and `"vote_presence"`
-        `(batch, num_objects, num_parts)`, `"presence"`
-        `(batch, num_objects)`, `"poses"` `(batch, num_objects, 6)` (the
-        object-viewer transforms) and `"dynamic_l2"` `(batch,)`.
+        A dict of tensors: `"votes"` `(batch, num_object_capsules,
+        num_parts, 6)`, `"vote_scales"` and `"vote_presence"`
+        `(batch, num_object_capsules, num_parts)`, `"presence"`
+        `(batch, num_object_capsules)`, `"poses"` `(batch,
+        num_object_capsules, 6)` (the object-viewer transforms) and
+        `"dynamic_l2"` `(batch,)`.
 
     Example:
 
@@ -98,7 +102,7 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
         num_params=32,
         hidden_dim=128,
         noise_scale=4.0,
-        noise_at_inference=True,
+        inference_noise_seed=None,
         similarity=False,
         seed=None,
         **kwargs,
@@ -107,9 +111,8 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
         self.num_parts = check_positive_int(num_parts, "num_parts")
         self.num_params = check_positive_int(num_params, "num_params")
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
-        self.noise_scale = check_non_negative_number(noise_scale, "noise_scale")
-        self.noise_at_inference = check_bool(
-            noise_at_inference, "noise_at_inference"
+        self.noise_scale, self.inference_noise_seed = check_noise_arguments(
+            noise_scale, inference_noise_seed
         )
         self.similarity = check_bool(similarity, "similarity")
         self.seed = seed
@@ -125,7 +128,7 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
         kernel = self.add_weight(
             name=f"{name}_kernel",
             shape=(num_objects, fan_in, units),
-            initializer=linear_initializer(fan_in),
+            initializer=FanInTruncatedNormal(fan_in),
         )
         bias = None
         if use_bias:
@@ -194,18 +197,6 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
         y = ops.einsum("bkd,kdu->bku", x, kernel)
         return y if bias is None else y + bias
 
-    def _noise(self, shape, dtype):
-        return (
-            keras.random.uniform(
-                shape,
-                minval=-0.5,
-                maxval=0.5,
-                dtype=dtype,
-                seed=self.seed_generator,
-            )
-            * self.noise_scale
-        )
-
     def call(self, inputs, training=None):
         batch, num_objects = ops.shape(inputs)[0], inputs.shape[1]
         params = self._apply(
@@ -232,13 +223,16 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
         )
         start += self.num_parts
         scale_logits = outputs[..., start:] + self.vote_scale_bias
-        if self.noise_scale > 0 and (training or self.noise_at_inference):
-            presence_logit = presence_logit + self._noise(
-                ops.shape(presence_logit), presence_logit.dtype
-            )
-            vote_logits = vote_logits + self._noise(
-                ops.shape(vote_logits), vote_logits.dtype
-            )
+        # One draw for the capsule and the vote presence logits.
+        noise = presence_noise(
+            self,
+            (batch, num_objects, 1 + self.num_parts),
+            presence_logit.dtype,
+            training,
+        )
+        if noise is not None:
+            presence_logit = presence_logit + noise[..., 0]
+            vote_logits = vote_logits + noise[..., 1:]
         object_viewer = geometric_transform(
             pose, similarity=self.similarity, as_matrix=True
         )
@@ -247,7 +241,7 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
             similarity=self.similarity,
             as_matrix=True,
         )
-        votes = ops.matmul(object_viewer[:, :, None], object_part)
+        votes = matmul(object_viewer[:, :, None], object_part)
         votes = ops.reshape(
             votes[..., :2, :], (batch, num_objects, self.num_parts, _POSE_DIM)
         )
@@ -277,6 +271,13 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
             "dynamic_l2": (batch,),
         }
 
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        save_seed_state(self, store)
+
+    def load_own_variables(self, store):
+        super().load_own_variables(without_seed_state(self, store))
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -285,7 +286,7 @@ class ObjectCapsuleDecoder(keras.layers.Layer):
                 "num_params": self.num_params,
                 "hidden_dim": self.hidden_dim,
                 "noise_scale": self.noise_scale,
-                "noise_at_inference": self.noise_at_inference,
+                "inference_noise_seed": self.inference_noise_seed,
                 "similarity": self.similarity,
                 "seed": self.seed,
             }

@@ -5,13 +5,18 @@ from keras import ops
 
 from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_int_tuple
-from keras_capsules._validation import check_non_negative_number
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
-from keras_capsules.layers._sonnet import linear_initializer
+from keras_capsules.initializers.fan_in_truncated_normal import (
+    FanInTruncatedNormal,
+)
+from keras_capsules.layers._presence_noise import check_noise_arguments
+from keras_capsules.layers._presence_noise import presence_noise
+from keras_capsules.layers._presence_noise import save_seed_state
+from keras_capsules.layers._presence_noise import without_seed_state
 from keras_capsules.ops.poses import geometric_transform
 
-HEAD_LAYOUTS = ("official", "per_capsule")
+PART_HEAD_LAYOUTS = ("interleaved", "per_capsule")
 _POSE_DIM = 6
 
 
@@ -20,40 +25,36 @@ class PartCapsuleEncoder(keras.layers.Layer):
     """Encodes an image into part capsules: poses, features, presences.
 
     The encoder of the part capsule autoencoder of Stacked Capsule
-    Autoencoders, as the official code builds it for MNIST: a stack of
-    ReLU convolutions (`"valid"` padding), a learned bias over the whole
-    feature map, and a 1x1 convolution that gives, at every position,
-    `num_capsules * (6 + num_features + 1)` values and `num_capsules`
-    attention logits. Each capsule's values are averaged over the
-    positions with the softmax of its attention logits over the positions
-    (attention pooling), then split into
+    Autoencoders, as the official code builds it for MNIST: ReLU
+    convolutions (`"valid"` padding), a learned bias over the whole feature
+    map, and a 1x1 convolution that gives, at every position,
+    `num_parts * (6 + num_part_features + 1)` values and `num_parts`
+    attention logits. Each part's values are averaged over the positions
+    with the softmax of its attention logits (attention pooling), then
+    split into 6 pose parameters (an affine transform by
+    `keras_capsules.ops.geometric_transform`), `num_part_features`
+    special features and a presence logit.
 
-    - 6 pose parameters, turned into an affine transform by
-      `keras_capsules.ops.geometric_transform` (its non-linearities
-      included);
-    - `num_features` special features (the template decoder colours its
-      templates from them, and the object encoder reads them);
-    - a presence logit, to which uniform noise in
-      `[-noise_scale / 2, noise_scale / 2]` is added before the sigmoid.
+    `part_head_layout="interleaved"` reads the pooled
+    `(values, parts)` array as the official code does, by a reshape: one
+    part's values are pooled with several parts' attention maps.
+    `"per_capsule"` transposes it, so that each part's values are pooled
+    with its own attention (the same parameters).
 
-    **Where the official code departs from the description.** The pooled
-    values come out as `(num_values, num_capsules)` and are *reshaped*,
-    not transposed, to `(num_capsules, num_values)`, so that one capsule's
-    values are pooled with different capsules' attention maps.
-    `head_layout="official"` reproduces this; `"per_capsule"` transposes,
-    so that each capsule's values are pooled with its own attention (the
-    same parameter count). The official code also adds the presence noise
-    at evaluation time, not only in training: `noise_at_inference=True`
-    (the default) does the same, `False` adds it only when
-    `training=True`.
+    **Presence noise.** In training, uniform noise in
+    `[-noise_scale / 2, noise_scale / 2]` is added to the presence logits
+    before the sigmoid, drawn anew at every step. Outside training the
+    layer is deterministic, unless `inference_noise_seed` is an int: then
+    the noise is added outside training too, as the official evaluation
+    does, drawn from that seed alone (the same noise at every call).
 
     Paper: [Stacked Capsule Autoencoders](https://arxiv.org/abs/1906.06818)
     (Kosiorek, Sabour, Teh & Hinton, NeurIPS 2019).
 
     Args:
-        num_capsules: Positive int, the number of part capsules. Defaults
-            to `40` (official MNIST).
-        num_features: Positive int, the special features per capsule.
+        num_parts: Positive int, the number of part capsules. Defaults to
+            `40` (official MNIST).
+        num_part_features: Positive int, the special features per part.
             Defaults to `16`.
         filters: Tuple of positive ints, the filters of each convolution.
             Defaults to `(128, 128, 128, 128)`.
@@ -61,15 +62,15 @@ class PartCapsuleEncoder(keras.layers.Layer):
             `(2, 2, 1, 1)`.
         kernel_size: Positive int, the kernel size of every convolution.
             Defaults to `3`.
-        noise_scale: Non-negative float, the width of the uniform noise
-            added to the presence logits. Defaults to `4.0`.
-        noise_at_inference: Boolean, whether to add the noise outside
-            training too. Defaults to `True` (the official code).
+        noise_scale: Non-negative float, the width of the presence noise.
+            Defaults to `4.0`.
+        inference_noise_seed: Optional int `>= 0`, see above. Defaults to
+            `None` (no noise outside training).
         similarity: Boolean, whether the poses are similarity transforms
             (no shear, one scale). Defaults to `False`.
-        head_layout: `"official"` or `"per_capsule"` (see above). Defaults
-            to `"official"`.
-        seed: Optional int, the seed of the presence noise. Defaults to
+        part_head_layout: `"interleaved"` or `"per_capsule"` (see above).
+            Defaults to `"interleaved"`.
+        seed: Optional int, the seed of the training noise. Defaults to
             `None`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
@@ -77,10 +78,10 @@ class PartCapsuleEncoder(keras.layers.Layer):
         `(batch, height, width, channels)` images.
 
     Output shape:
-        A dict of tensors: `"poses"` `(batch, num_capsules, 6)` (the affine
+        A dict of tensors: `"poses"` `(batch, num_parts, 6)` (the affine
         transforms `(a, b, tx, c, d, ty)`), `"features"`
-        `(batch, num_capsules, num_features)`, `"presence"` and
-        `"presence_logits"` `(batch, num_capsules)`.
+        `(batch, num_parts, num_part_features)`, `"presence"` and
+        `"presence_logits"` `(batch, num_parts)`.
 
     Example:
 
@@ -100,21 +101,23 @@ class PartCapsuleEncoder(keras.layers.Layer):
 
     def __init__(
         self,
-        num_capsules=40,
-        num_features=16,
+        num_parts=40,
+        num_part_features=16,
         filters=(128, 128, 128, 128),
         strides=(2, 2, 1, 1),
         kernel_size=3,
         noise_scale=4.0,
-        noise_at_inference=True,
+        inference_noise_seed=None,
         similarity=False,
-        head_layout="official",
+        part_head_layout="interleaved",
         seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_capsules = check_positive_int(num_capsules, "num_capsules")
-        self.num_features = check_positive_int(num_features, "num_features")
+        self.num_parts = check_positive_int(num_parts, "num_parts")
+        self.num_part_features = check_positive_int(
+            num_part_features, "num_part_features"
+        )
         self.filters = check_int_tuple(filters, "filters")
         self.strides = check_int_tuple(
             strides,
@@ -123,13 +126,12 @@ class PartCapsuleEncoder(keras.layers.Layer):
             meaning=", one per convolution",
         )
         self.kernel_size = check_positive_int(kernel_size, "kernel_size")
-        self.noise_scale = check_non_negative_number(noise_scale, "noise_scale")
-        self.noise_at_inference = check_bool(
-            noise_at_inference, "noise_at_inference"
+        self.noise_scale, self.inference_noise_seed = check_noise_arguments(
+            noise_scale, inference_noise_seed
         )
         self.similarity = check_bool(similarity, "similarity")
-        self.head_layout = check_option(
-            head_layout, "head_layout", HEAD_LAYOUTS
+        self.part_head_layout = check_option(
+            part_head_layout, "part_head_layout", PART_HEAD_LAYOUTS
         )
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
@@ -137,10 +139,9 @@ class PartCapsuleEncoder(keras.layers.Layer):
 
     @property
     def _values_per_capsule(self):
-        return _POSE_DIM + self.num_features + 1
+        return _POSE_DIM + self.num_part_features + 1
 
     def build(self, input_shape):
-        channels = input_shape[-1]
         sizes = list(input_shape[1:3])
         for strides in self.strides:
             sizes = [
@@ -166,14 +167,12 @@ class PartCapsuleEncoder(keras.layers.Layer):
                 strides=strides,
                 padding="valid",
                 activation="relu",
-                kernel_initializer=linear_initializer(
-                    self.kernel_size**2 * channels
-                ),
+                kernel_initializer=FanInTruncatedNormal(),
+                dtype=self.dtype_policy,
                 name=f"conv_{index}",
             )
             convolution.build(input_shape)
             input_shape = convolution.compute_output_shape(input_shape)
-            channels = filters
             self.convolutions.append(convolution)
         self.feature_bias = self.add_weight(
             name="feature_bias",
@@ -181,9 +180,10 @@ class PartCapsuleEncoder(keras.layers.Layer):
             initializer="zeros",
         )
         self.head = keras.layers.Conv2D(
-            self.num_capsules * (self._values_per_capsule + 1),
+            self.num_parts * (self._values_per_capsule + 1),
             1,
-            kernel_initializer=linear_initializer(channels),
+            kernel_initializer=FanInTruncatedNormal(),
+            dtype=self.dtype_policy,
             name="head",
         )
         self.head.build(input_shape)
@@ -196,32 +196,28 @@ class PartCapsuleEncoder(keras.layers.Layer):
         batch = ops.shape(features)[0]
         positions = features.shape[1] * features.shape[2]
         features = ops.reshape(features, (batch, positions, -1))
-        num_values = self.num_capsules * self._values_per_capsule
+        num_values = self.num_parts * self._values_per_capsule
         values = ops.reshape(
             features[..., :num_values],
-            (batch, positions, self._values_per_capsule, self.num_capsules),
+            (batch, positions, self._values_per_capsule, self.num_parts),
         )
         attention = ops.softmax(features[..., num_values:], axis=1)
         pooled = ops.sum(values * attention[:, :, None, :], axis=1)
-        if self.head_layout == "official":
+        if self.part_head_layout == "interleaved":
             pooled = ops.reshape(
                 pooled,
-                (batch, self.num_capsules, self._values_per_capsule),
+                (batch, self.num_parts, self._values_per_capsule),
             )
         else:
             pooled = ops.transpose(pooled, (0, 2, 1))
         pose_params = pooled[..., :_POSE_DIM]
         part_features = pooled[..., _POSE_DIM:-1]
         presence_logits = pooled[..., -1]
-        if self.noise_scale > 0 and (training or self.noise_at_inference):
-            noise = keras.random.uniform(
-                ops.shape(presence_logits),
-                minval=-0.5,
-                maxval=0.5,
-                dtype=presence_logits.dtype,
-                seed=self.seed_generator,
-            )
-            presence_logits = presence_logits + noise * self.noise_scale
+        noise = presence_noise(
+            self, ops.shape(presence_logits), presence_logits.dtype, training
+        )
+        if noise is not None:
+            presence_logits = presence_logits + noise
         return {
             "poses": geometric_transform(
                 pose_params, similarity=self.similarity
@@ -234,25 +230,32 @@ class PartCapsuleEncoder(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         batch = input_shape[0]
         return {
-            "poses": (batch, self.num_capsules, _POSE_DIM),
-            "features": (batch, self.num_capsules, self.num_features),
-            "presence": (batch, self.num_capsules),
-            "presence_logits": (batch, self.num_capsules),
+            "poses": (batch, self.num_parts, _POSE_DIM),
+            "features": (batch, self.num_parts, self.num_part_features),
+            "presence": (batch, self.num_parts),
+            "presence_logits": (batch, self.num_parts),
         }
+
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        save_seed_state(self, store)
+
+    def load_own_variables(self, store):
+        super().load_own_variables(without_seed_state(self, store))
 
     def get_config(self):
         config = super().get_config()
         config.update(
             {
-                "num_capsules": self.num_capsules,
-                "num_features": self.num_features,
+                "num_parts": self.num_parts,
+                "num_part_features": self.num_part_features,
                 "filters": self.filters,
                 "strides": self.strides,
                 "kernel_size": self.kernel_size,
                 "noise_scale": self.noise_scale,
-                "noise_at_inference": self.noise_at_inference,
+                "inference_noise_seed": self.inference_noise_seed,
                 "similarity": self.similarity,
-                "head_layout": self.head_layout,
+                "part_head_layout": self.part_head_layout,
                 "seed": self.seed,
             }
         )

@@ -7,10 +7,11 @@ from keras import ops
 
 from keras_capsules._validation import check_option
 from keras_capsules._validation import check_positive_int
-from keras_capsules.layers._sonnet import dense
+from keras_capsules.layers._linear import linear
 from keras_capsules.ops._dtypes import compute_dtypes
+from keras_capsules.ops._dtypes import matmul
 
-PRESENCE_MASKINGS = ("official", "log")
+PRESENCE_MASKINGS = ("most_present", "log")
 # The official penalty of an absent element, and the logit of the keys
 # it leaves no weight.
 _PRESENCE_PENALTY = 1e32
@@ -19,7 +20,7 @@ _DROPPED_LOGIT = -1e30
 _LAYER_NORM_EPSILON = 1e-5
 
 
-def _official_masking(logits, key_presence, scale):
+def _most_present_masking(logits, key_presence, scale):
     """The official `softmax((q.k - (1 - p) 1e32) / scale)`, in a form
     without the 1e32 in the softmax.
 
@@ -61,7 +62,7 @@ class _Attention(keras.layers.Layer):
             units = math.ceil(size / self.num_heads)
             layers = []
             for head in range(self.num_heads):
-                layer = dense(units, size, name=f"{kind}_{head}")
+                layer = linear(units, f"{kind}_{head}", dtype=self.dtype_policy)
                 layer.build(shape)
                 layers.append(layer)
             return layers, units
@@ -69,8 +70,8 @@ class _Attention(keras.layers.Layer):
         self.query_maps, _ = maps(queries_shape, "query")
         self.key_maps, _ = maps(keys_shape, "key")
         self.value_maps, units = maps(values_shape, "value")
-        self.output_map = dense(
-            values_shape[-1], units * self.num_heads, name="output"
+        self.output_map = linear(
+            values_shape[-1], "output", dtype=self.dtype_policy
         )
         self.output_map.build(
             tuple(queries_shape[:-1]) + (units * self.num_heads,)
@@ -84,19 +85,19 @@ class _Attention(keras.layers.Layer):
             q, k, v = query_map(queries), key_map(keys), value_map(values)
             dtype, compute_dtype = compute_dtypes(q)
             q, k = ops.cast(q, compute_dtype), ops.cast(k, compute_dtype)
-            logits = ops.matmul(q, ops.transpose(k, (0, 2, 1)))
+            logits = matmul(q, ops.transpose(k, (0, 2, 1)))
             scale = math.sqrt(q.shape[-1])
             logits = logits / scale
             if presence is not None:
                 key_presence = ops.cast(presence, logits.dtype)[:, None, :]
-                if self.presence_masking == "official":
-                    logits = _official_masking(logits, key_presence, scale)
+                if self.presence_masking == "most_present":
+                    logits = _most_present_masking(logits, key_presence, scale)
                 else:
                     logits = logits + ops.log(
                         key_presence + keras.config.epsilon()
                     )
             weights = ops.cast(ops.softmax(logits, axis=-1), dtype)
-            heads.append(ops.matmul(weights, v))
+            heads.append(matmul(weights, v))
         return self.output_map(ops.concatenate(heads, axis=-1))
 
 
@@ -108,7 +109,10 @@ class _SelfAttentionBlock(keras.layers.Layer):
     def __init__(self, num_heads, presence_masking, **kwargs):
         super().__init__(**kwargs)
         self.attention = _Attention(
-            num_heads, presence_masking, name="attention"
+            num_heads,
+            presence_masking,
+            dtype=self.dtype_policy,
+            name="attention",
         )
         self.num_heads = num_heads
 
@@ -116,15 +120,15 @@ class _SelfAttentionBlock(keras.layers.Layer):
         dim = input_shape[-1]
         self.attention.build(input_shape, input_shape, input_shape)
         self.norm_1 = keras.layers.LayerNormalization(
-            epsilon=_LAYER_NORM_EPSILON, name="norm_1"
+            epsilon=_LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="norm_1"
         )
         self.norm_1.build(input_shape)
-        self.hidden = dense(2 * dim, dim, activation="relu", name="hidden")
+        self.hidden = linear(2 * dim, "hidden", "relu", dtype=self.dtype_policy)
         self.hidden.build(input_shape)
-        self.projection = dense(dim, 2 * dim, name="projection")
+        self.projection = linear(dim, "projection", dtype=self.dtype_policy)
         self.projection.build(tuple(input_shape[:-1]) + (2 * dim,))
         self.norm_2 = keras.layers.LayerNormalization(
-            epsilon=_LAYER_NORM_EPSILON, name="norm_2"
+            epsilon=_LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="norm_2"
         )
         self.norm_2.build(input_shape)
 
@@ -138,16 +142,17 @@ class _SelfAttentionBlock(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class SetTransformer(keras.layers.Layer):
-    """Encodes a set of part capsules into object capsule features.
+    """Encodes a set of part capsules into object capsules.
 
     The object encoder of Stacked Capsule Autoencoders, a Set Transformer
     (Lee et al. 2019) as the official code builds it: a linear map of
     every element to `hidden_dim`; `num_layers` blocks of self-attention
     (residual, presence mask, layer norm, then a ReLU MLP of width
-    `2 hidden_dim`, residual, layer norm); a linear map to `output_dim`;
-    and pooling by multi-head attention of `num_outputs` learned seed
-    vectors over the elements. Layer norm uses Sonnet's `epsilon=1e-5`.
-    It is invariant to the order of the elements.
+    `2 hidden_dim`, residual, layer norm); a linear map to
+    `object_capsule_dim`; and pooling by multi-head attention of
+    `num_object_capsules` learned seed vectors over the elements. Layer
+    norm uses Sonnet's `epsilon=1e-5`. It is invariant to the order of the
+    elements.
 
     **Presence.** The official code penalises the attention logits by the
     presence `p` of each key, `q.k - (1 - p) 1e32` (then divided by
@@ -156,12 +161,11 @@ class SetTransformer(keras.layers.Layer):
     them, the penalty swamps the dot products: each query attends only to
     the element of the highest presence, evenly to several that tie, and
     by the usual softmax over the elements of presence exactly 1.
-    `presence_masking="official"` computes exactly this (its values, and
-    its gradients with respect to the queries, keys and values; none flows
-    to the presence, which the official model holds out of the gradient),
-    without the 1e32 in the softmax. `presence_masking="log"` adds
-    `log(p + epsilon)` to the scaled logits instead, weighting every
-    element by its presence.
+    `presence_masking="most_present"` computes exactly this (its values,
+    and its gradients with respect to the queries, keys and values; none
+    flows to the presence), without the 1e32 in the softmax.
+    `presence_masking="log"` adds `log(p + epsilon)` to the scaled logits
+    instead, weighting every element by its presence.
 
     Attention runs in float32 for half-precision inputs.
 
@@ -170,15 +174,15 @@ class SetTransformer(keras.layers.Layer):
     https://arxiv.org/abs/1810.00825) (Lee et al., ICML 2019).
 
     Args:
-        num_outputs: Positive int, the number of output vectors (object
-            capsules). Defaults to `32`.
-        output_dim: Positive int. Defaults to `256`.
+        num_object_capsules: Positive int, the number of output vectors
+            (object capsules). Defaults to `32`.
+        object_capsule_dim: Positive int, their size. Defaults to `256`.
         hidden_dim: Positive int. Defaults to `16`.
         num_layers: Positive int, the self-attention blocks. Defaults to
             `3`.
         num_heads: Positive int. Defaults to `1`.
-        presence_masking: `"official"` or `"log"` (see above). Defaults to
-            `"official"`.
+        presence_masking: `"most_present"` or `"log"` (see above).
+            Defaults to `"most_present"`.
         **kwargs: Base layer keyword arguments, such as `name` and `dtype`.
 
     Call arguments:
@@ -186,7 +190,7 @@ class SetTransformer(keras.layers.Layer):
         presence: Optional `(batch, num_elements)` presence probabilities.
 
     Output shape:
-        `(batch, num_outputs, output_dim)`.
+        `(batch, num_object_capsules, object_capsule_dim)`.
 
     Example:
 
@@ -205,17 +209,21 @@ class SetTransformer(keras.layers.Layer):
 
     def __init__(
         self,
-        num_outputs=32,
-        output_dim=256,
+        num_object_capsules=32,
+        object_capsule_dim=256,
         hidden_dim=16,
         num_layers=3,
         num_heads=1,
-        presence_masking="official",
+        presence_masking="most_present",
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_outputs = check_positive_int(num_outputs, "num_outputs")
-        self.output_dim = check_positive_int(output_dim, "output_dim")
+        self.num_object_capsules = check_positive_int(
+            num_object_capsules, "num_object_capsules"
+        )
+        self.object_capsule_dim = check_positive_int(
+            object_capsule_dim, "object_capsule_dim"
+        )
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
         self.num_layers = check_positive_int(num_layers, "num_layers")
         self.num_heads = check_positive_int(num_heads, "num_heads")
@@ -226,33 +234,39 @@ class SetTransformer(keras.layers.Layer):
 
     def build(self, inputs_shape, presence_shape=None):
         input_shape = inputs_shape
-        self.input_map = dense(
-            self.hidden_dim, input_shape[-1], name="input_map"
+        self.input_map = linear(
+            self.hidden_dim, "input_map", dtype=self.dtype_policy
         )
         self.input_map.build(input_shape)
         hidden_shape = tuple(input_shape[:-1]) + (self.hidden_dim,)
         self.blocks = []
         for index in range(self.num_layers):
             block = _SelfAttentionBlock(
-                self.num_heads, self.presence_masking, name=f"block_{index}"
+                self.num_heads,
+                self.presence_masking,
+                dtype=self.dtype_policy,
+                name=f"block_{index}",
             )
             block.build(hidden_shape)
             self.blocks.append(block)
-        self.output_map = dense(
-            self.output_dim, self.hidden_dim, name="output_map"
+        self.output_map = linear(
+            self.object_capsule_dim, "output_map", dtype=self.dtype_policy
         )
         self.output_map.build(hidden_shape)
         self.seeds = self.add_weight(
             name="seeds",
-            shape=(self.num_outputs, self.output_dim),
+            shape=(self.num_object_capsules, self.object_capsule_dim),
             initializer="glorot_uniform",
         )
         self.pooling = _Attention(
-            self.num_heads, self.presence_masking, name="pooling"
+            self.num_heads,
+            self.presence_masking,
+            dtype=self.dtype_policy,
+            name="pooling",
         )
-        output_shape = tuple(input_shape[:-1]) + (self.output_dim,)
+        output_shape = tuple(input_shape[:-1]) + (self.object_capsule_dim,)
         self.pooling.build(
-            (input_shape[0], self.num_outputs, self.output_dim),
+            (input_shape[0], self.num_object_capsules, self.object_capsule_dim),
             output_shape,
             output_shape,
         )
@@ -264,19 +278,27 @@ class SetTransformer(keras.layers.Layer):
         outputs = self.output_map(hidden)
         seeds = ops.broadcast_to(
             self.seeds[None],
-            (ops.shape(inputs)[0], self.num_outputs, self.output_dim),
+            (
+                ops.shape(inputs)[0],
+                self.num_object_capsules,
+                self.object_capsule_dim,
+            ),
         )
         return self.pooling(seeds, outputs, outputs, presence)
 
     def compute_output_shape(self, inputs_shape, presence_shape=None):
-        return (inputs_shape[0], self.num_outputs, self.output_dim)
+        return (
+            inputs_shape[0],
+            self.num_object_capsules,
+            self.object_capsule_dim,
+        )
 
     def get_config(self):
         config = super().get_config()
         config.update(
             {
-                "num_outputs": self.num_outputs,
-                "output_dim": self.output_dim,
+                "num_object_capsules": self.num_object_capsules,
+                "object_capsule_dim": self.object_capsule_dim,
                 "hidden_dim": self.hidden_dim,
                 "num_layers": self.num_layers,
                 "num_heads": self.num_heads,

@@ -25,6 +25,7 @@ import keras
 import numpy as np
 
 from keras_capsules._validation import check_option
+from keras_capsules.layers._presence_noise import SEED_STATE_KEY
 from keras_capsules.ops._backend import backend_name
 from keras_capsules.version import __version__
 
@@ -230,13 +231,15 @@ def transfer_weights(source, target):
 
 
 def read_array_shapes(path):
-    """The shapes of the arrays in an HDF5 file, in no particular order."""
+    """The shapes of the weights in an HDF5 weights file, in no particular
+    order."""
     import h5py  # A Keras dependency; only needed here.
 
     shapes = []
 
     def visit(name, item):
-        if isinstance(item, h5py.Dataset):
+        # The noise generators' states are not weights.
+        if isinstance(item, h5py.Dataset) and not name.endswith(SEED_STATE_KEY):
             shapes.append(tuple(item.shape))
 
     with h5py.File(path, "r") as f:

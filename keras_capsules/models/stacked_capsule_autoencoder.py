@@ -6,92 +6,90 @@ from keras import ops
 
 from keras_capsules._validation import check_bool
 from keras_capsules._validation import check_image_shape
+from keras_capsules._validation import check_int
 from keras_capsules._validation import check_int_tuple
-from keras_capsules._validation import check_non_negative_number
+from keras_capsules._validation import check_no_input_shape
 from keras_capsules._validation import check_positive_int
-from keras_capsules._validation import check_positive_number
-from keras_capsules.layers._sonnet import dense
+from keras_capsules.layers._linear import linear
 from keras_capsules.layers.object_capsule_decoder import ObjectCapsuleDecoder
 from keras_capsules.layers.part_capsule_encoder import PartCapsuleEncoder
 from keras_capsules.layers.set_transformer import SetTransformer
 from keras_capsules.layers.template_decoder import TemplateDecoder
-from keras_capsules.models._base import ModelConventions
-from keras_capsules.models._images import mask_non_finite
+from keras_capsules.losses.stacked_capsule_autoencoder_loss import (
+    StackedCapsuleAutoencoderLoss,
+)
+from keras_capsules.models._base import CapsuleModel
 from keras_capsules.models._images import standardize as standardize_images
-from keras_capsules.models._scae_training import TRACKED
-from keras_capsules.models._scae_training import OfficialTraining
-from keras_capsules.ops.mixtures import part_pose_log_likelihood
-from keras_capsules.ops.mixtures import template_mixture_log_likelihood
+from keras_capsules.models._scae_graph import scae_outputs
+from keras_capsules.models._scae_upgrade import upgrade_config
 from keras_capsules.ops.mixtures import template_mixture_mode
+from keras_capsules.optimizers.rmsprop import RMSprop
 
 _ARCHITECTURES = {
-    "mnist": {
+    "scae_mnist": {
         "description": "The official MNIST network: 40x40x1 images, 40 "
         "part capsules with 11x11 templates, 32 object capsules (the "
         "defaults).",
         "config": {},
     },
 }
+# The official run_mnist.sh: learning rate 3e-5, constant (the flag that
+# asks for a schedule has no effect), batch 128.
+_OFFICIAL_BATCH_SIZE = 128
+# The values the model logs beside the loss, as the loss's `terms` names
+# them.
+_TERMS = (
+    "image_log_likelihood",
+    "part_log_likelihood",
+    "dynamic_l2",
+    "prior_within_sparsity",
+    "prior_between_sparsity",
+    "posterior_within_sparsity",
+    "posterior_between_sparsity",
+    "prior_probe_loss",
+    "posterior_probe_loss",
+    "prior_probe_accuracy",
+    "posterior_probe_accuracy",
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class StackedCapsuleAutoencoder(
-    OfficialTraining,
-    ModelConventions,
-    keras.Model,
-    architectures=_ARCHITECTURES,
-):
+class StackedCapsuleAutoencoder(CapsuleModel, architectures=_ARCHITECTURES):
     """Stacked Capsule Autoencoder: part and object capsules learned from
     unlabelled images.
 
-    Two autoencoders, stacked (Kosiorek et al. 2019). The part capsule
-    autoencoder explains an image as a mixture of learned templates, each
-    placed by the affine pose of a part capsule
-    (`keras_capsules.layers.PartCapsuleEncoder`,
-    `keras_capsules.layers.TemplateDecoder`). The object capsule
-    autoencoder explains the set of part poses: a Set Transformer
-    (`keras_capsules.layers.SetTransformer`) encodes the parts into object
-    capsules, each of which votes for every part's pose through its
-    object-viewer and object-part relations
-    (`keras_capsules.layers.ObjectCapsuleDecoder`), and the part poses are
-    scored as a mixture of these votes. No label is used: on MNIST the
-    object capsules' presences cluster by digit class.
+    Two autoencoders, stacked (docs/stacked_capsule_autoencoders.md). The
+    part capsule autoencoder explains the image as a mixture of learned
+    templates, each placed by a part capsule's pose (`PartCapsuleEncoder`,
+    `TemplateDecoder`); the object capsule autoencoder encodes the set of
+    parts into object capsules (`SetTransformer`) whose votes explain the
+    part poses (`ObjectCapsuleDecoder`). No label is used: on MNIST the
+    object capsules' presences cluster by digit class. The defaults are the
+    official MNIST configuration (`from_preset("scae_mnist")`), including
+    the choices where the official code departs from the paper.
 
-    The defaults are the official MNIST configuration (`from_preset(
-    "mnist")`), including the choices where the official code departs
-    from the paper; docs/stacked_capsule_autoencoders.md lists them.
+    A functional model: images in, a dict out, the four layers nodes of
+    its graph (`get_layer("part_encoder")`, `"template_decoder"`,
+    `"object_encoder"`, `"object_decoder"`, and the probes
+    `"prior_probe"`, `"posterior_probe"`). `fit(x)` trains without labels
+    and `fit(x, y)` (integer or one-hot labels) also trains two linear
+    probes whose inputs are held out of the gradient; the loss,
+    `losses.StackedCapsuleAutoencoderLoss`, is computed from the outputs,
+    and `fit` logs each of its terms. `compile()` gives the official
+    optimizer and loss.
 
-    **Training.** `fit(x)` trains on images alone and minimises
-
-        - image log-likelihood - part_likelihood_weight * part log-lik.
-        + dynamic_l2_weight * |dynamic OP|^2 / 2
-        + prior_within_sparsity_weight * prior within (l2)
-        + prior_between_sparsity_weight * prior between (l2)
-        + posterior_within_sparsity_weight * posterior within (entropy)
-        - posterior_between_sparsity_weight * posterior between (entropy)
-
-    (`keras_capsules.ops.capsule_sparsity`; the prior terms are on the
-    object presences, the posterior ones on the share of the parts each
-    object explains). The object autoencoder sees the part poses,
-    presences and templates with their gradient stopped, and the parts'
-    special features with it, as in the official code. `fit(x, y)` with
-    integer labels also trains two linear probes, on the object presences
-    (prior) and on the part mass each object explains (posterior), whose
-    inputs are held out of the gradient: the labels reach nothing else.
-    Every term, and the probes' losses and accuracies, are logged.
-    `compile()` gives the official optimizer.
-
-    **Outputs.** `call` and `predict` return a dict: `"object_presence"`
-    `(batch, num_objects)`, `"object_poses"` `(batch, num_objects, 6)`
-    (the object-viewer transforms), `"object_posterior_presence"`
-    `(batch, num_objects)` (the part mass each object explains, the
-    official clustering feature), `"part_poses"` `(batch, num_parts, 6)`,
-    `"part_presence"` `(batch, num_parts)`, the per-example
-    `"image_log_likelihood"`, `"part_log_likelihood"` and `"dynamic_l2"`,
-    and the probes' `"prior_logits"` and `"posterior_logits"`
-    `(batch, num_classes)`. Images follow the package's rules: floats in
-    `[0, 1]`, or `uint8` in `[0, 255]`; an image with a non-finite pixel
-    gives NaN outputs.
+    **Outputs** of `call` and `predict`: `"object_presence"`
+    `(batch, num_object_capsules)`; `"object_posterior_presence"` (the
+    part mass each object explains, the official clustering feature);
+    `"object_poses"` `(batch, num_object_capsules, 6)`; `"part_poses"`
+    `(batch, num_parts, 6)` and `"part_presence"`; the per-example
+    `"image_log_likelihood"`, `"part_log_likelihood"` and `"dynamic_l2"`
+    the loss reads; the probes' `"prior_logits"` and `"posterior_logits"`
+    `(batch, num_classes)`. Outside training the model is deterministic;
+    `inference_noise_seed` adds the official evaluation's presence noise,
+    drawn from that seed (the same at every call). Images follow the
+    package's rules (floats in `[0, 1]` or `uint8`; a non-finite pixel
+    gives NaN outputs).
 
     Paper: [Stacked Capsule Autoencoders](https://arxiv.org/abs/1906.06818)
     (Kosiorek, Sabour, Teh & Hinton, NeurIPS 2019).
@@ -101,54 +99,38 @@ class StackedCapsuleAutoencoder(
             `(40, 40, 1)`.
         num_parts: Positive int, part capsules (and templates). Defaults
             to `40`.
-        num_objects: Positive int, object capsules. Defaults to `32`.
+        num_object_capsules: Positive int. Defaults to `32`.
         template_size: Tuple `(h, w)`. Defaults to `(11, 11)`.
         num_part_features: Positive int, special features per part.
             Defaults to `16`.
-        object_dim: Positive int, the size of the Set Transformer's
-            output per object. Defaults to `256`.
-        num_classes: Positive int, the classes of the probes and the
-            sparsity targets. Defaults to `10`.
+        object_capsule_dim: Positive int, the size of an object capsule
+            (the Set Transformer's output). Defaults to `256`.
+        num_classes: Positive int, the classes of the probes. Defaults to
+            `10`.
         colorize_templates: Boolean. Defaults to `True`.
         use_alpha_channel: Boolean. Defaults to `True`.
-        noise_scale: Non-negative float, the width of the uniform noise
-            on the presence logits of parts and objects. Defaults to `4.0`.
-        noise_at_inference: Boolean, whether that noise is also added
-            outside training, as the official code does. Defaults to
-            `True`.
-        part_head_layout: `"official"` or `"per_capsule"`; see
-            `keras_capsules.layers.PartCapsuleEncoder`. Defaults to
-            `"official"`.
-        presence_masking: `"official"` or `"log"`; see
-            `keras_capsules.layers.SetTransformer`. Defaults to
-            `"official"`.
-        normalize_part_mixing: Boolean, see
-            `keras_capsules.ops.part_pose_log_likelihood`. Defaults to
-            `False` (official).
-        part_likelihood_weight: Non-negative float. Defaults to `1.0`.
-        dynamic_l2_weight: Non-negative float. Defaults to `10.0`.
-        prior_within_sparsity_weight: Non-negative float. Defaults to
-            `2.0`.
-        prior_between_sparsity_weight: Non-negative float. Defaults to
-            `0.35`.
-        posterior_within_sparsity_weight: Non-negative float. Defaults to
-            `0.7`.
-        posterior_between_sparsity_weight: Non-negative float. Defaults
-            to `0.2`.
-        prior_within_example_constant: Positive float or `None` for
-            `num_objects / num_classes` (3.2, what the official run used).
-            Defaults to `None`.
+        noise_scale: Non-negative float, the width of the uniform noise on
+            the part and object presence logits in training. Defaults to
+            `4.0`.
+        inference_noise_seed: Optional int `>= 0`: add that noise outside
+            training too, drawn from this seed. Defaults to `None`.
+        part_head_layout: `"interleaved"` or `"per_capsule"`
+            (`PartCapsuleEncoder`). Defaults to `"interleaved"`.
+        presence_masking: `"most_present"` or `"log"` (`SetTransformer`).
+            Defaults to `"most_present"`.
+        normalize_part_mixing: Boolean (`ops.part_pose_log_likelihood`'s
+            `normalize_mixing`). Defaults to `False` (official).
         seed: Optional int, for the templates' initialisation and the
-            noise. Defaults to `None`.
-        **kwargs: Base model arguments, such as `name`.
+            training noise. Defaults to `None`.
+        **kwargs: Keyword arguments of `keras.Model`, such as `name`.
 
     Example:
 
     >>> import numpy as np
     >>> import keras_capsules
     >>> model = keras_capsules.models.StackedCapsuleAutoencoder(
-    ...     image_shape=(28, 28, 1), num_parts=8, num_objects=4,
-    ...     object_dim=16,
+    ...     image_shape=(28, 28, 1), num_parts=8, num_object_capsules=4,
+    ...     object_capsule_dim=16,
     ... )
     >>> outputs = model(np.zeros((2, 28, 28, 1), "float32"))
     >>> tuple(outputs["object_presence"].shape)
@@ -165,209 +147,109 @@ class StackedCapsuleAutoencoder(
         self,
         image_shape=(40, 40, 1),
         num_parts=40,
-        num_objects=32,
+        num_object_capsules=32,
         template_size=(11, 11),
         num_part_features=16,
-        object_dim=256,
+        object_capsule_dim=256,
         num_classes=10,
         colorize_templates=True,
         use_alpha_channel=True,
         noise_scale=4.0,
-        noise_at_inference=True,
-        part_head_layout="official",
-        presence_masking="official",
+        inference_noise_seed=None,
+        part_head_layout="interleaved",
+        presence_masking="most_present",
         normalize_part_mixing=False,
-        part_likelihood_weight=1.0,
-        dynamic_l2_weight=10.0,
-        prior_within_sparsity_weight=2.0,
-        prior_between_sparsity_weight=0.35,
-        posterior_within_sparsity_weight=0.7,
-        posterior_between_sparsity_weight=0.2,
-        prior_within_example_constant=None,
         seed=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.image_shape = check_image_shape(image_shape)
-        self.num_parts = check_positive_int(num_parts, "num_parts")
-        self.num_objects = check_positive_int(num_objects, "num_objects")
-        self.template_size = check_int_tuple(
-            template_size, "template_size", length=2
+        check_no_input_shape(kwargs, "StackedCapsuleAutoencoder")
+        image_shape = check_image_shape(image_shape)
+        num_classes = check_positive_int(num_classes, "num_classes")
+        template_size = check_int_tuple(template_size, "template_size", 2)
+        check_bool(normalize_part_mixing, "normalize_part_mixing")
+        seed = check_int(seed, "seed", allow_none=True)
+        inference_noise_seed = check_int(
+            inference_noise_seed, "inference_noise_seed", allow_none=True
         )
-        self.num_part_features = check_positive_int(
-            num_part_features, "num_part_features"
-        )
-        self.object_dim = check_positive_int(object_dim, "object_dim")
-        self.num_classes = check_positive_int(num_classes, "num_classes")
-        self.colorize_templates = check_bool(
-            colorize_templates, "colorize_templates"
-        )
-        self.use_alpha_channel = check_bool(
-            use_alpha_channel, "use_alpha_channel"
-        )
-        self.noise_scale = check_non_negative_number(noise_scale, "noise_scale")
-        self.noise_at_inference = check_bool(
-            noise_at_inference, "noise_at_inference"
-        )
-        self.part_head_layout = part_head_layout
-        self.presence_masking = presence_masking
-        self.normalize_part_mixing = check_bool(
-            normalize_part_mixing, "normalize_part_mixing"
-        )
-        self.loss_weights = {}
-        for name, value in (
-            ("part_likelihood_weight", part_likelihood_weight),
-            ("dynamic_l2_weight", dynamic_l2_weight),
-            ("prior_within_sparsity_weight", prior_within_sparsity_weight),
-            ("prior_between_sparsity_weight", prior_between_sparsity_weight),
-            (
-                "posterior_within_sparsity_weight",
-                posterior_within_sparsity_weight,
-            ),
-            (
-                "posterior_between_sparsity_weight",
-                posterior_between_sparsity_weight,
-            ),
-        ):
-            self.loss_weights[name] = float(
-                check_non_negative_number(value, name)
-            )
-        if prior_within_example_constant is not None:
-            prior_within_example_constant = check_positive_number(
-                prior_within_example_constant, "prior_within_example_constant"
-            )
-        self.prior_within_example_constant = prior_within_example_constant
-        self.seed = seed
-        noise_seed = None if seed is None else seed + 1
-        self.part_encoder = PartCapsuleEncoder(
-            num_capsules=num_parts,
-            num_features=num_part_features,
+
+        # === Layers ===
+        # Every seed apart, so that no two draws share one.
+        def offset(value, by):
+            return None if value is None else value + by
+
+        part_encoder = PartCapsuleEncoder(
+            num_parts=num_parts,
+            num_part_features=num_part_features,
             noise_scale=noise_scale,
-            noise_at_inference=noise_at_inference,
-            head_layout=part_head_layout,
-            seed=noise_seed,
+            inference_noise_seed=inference_noise_seed,
+            part_head_layout=part_head_layout,
+            seed=offset(seed, 1),
             name="part_encoder",
         )
-        self.template_decoder = TemplateDecoder(
-            output_size=self.image_shape[:2],
-            num_templates=num_parts,
-            template_size=self.template_size,
-            channels=self.image_shape[2],
-            colorize=colorize_templates,
+        template_decoder = TemplateDecoder(
+            output_size=image_shape[:2],
+            num_parts=num_parts,
+            template_size=template_size,
+            channels=image_shape[2],
+            colorize_templates=colorize_templates,
             use_alpha_channel=use_alpha_channel,
             seed=seed,
             name="template_decoder",
         )
-        self.object_encoder = SetTransformer(
-            num_outputs=num_objects,
-            output_dim=object_dim,
+        object_encoder = SetTransformer(
+            num_object_capsules=num_object_capsules,
+            object_capsule_dim=object_capsule_dim,
             presence_masking=presence_masking,
             name="object_encoder",
         )
-        self.object_decoder = ObjectCapsuleDecoder(
+        object_decoder = ObjectCapsuleDecoder(
             num_parts=num_parts,
             noise_scale=noise_scale,
-            noise_at_inference=noise_at_inference,
-            seed=None if seed is None else seed + 2,
+            inference_noise_seed=offset(inference_noise_seed, 1),
+            seed=offset(seed, 2),
             name="object_decoder",
         )
-        self.prior_probe = dense(num_classes, num_objects, name="prior_probe")
-        self.posterior_probe = dense(
-            num_classes, num_objects, name="posterior_probe"
-        )
-        self.trackers = {
-            name: keras.metrics.Mean(name=name) for name in TRACKED
-        }
-        self.build((None,) + self.image_shape)
+        prior_probe = linear(num_classes, "prior_probe")
+        posterior_probe = linear(num_classes, "posterior_probe")
 
-    def build(self, input_shape):
-        if self.built:
-            return
-        batch = input_shape[0]
-        parts = (batch, self.num_parts)
-        self.part_encoder.build(input_shape)
-        features = parts + (self.num_part_features,)
-        self.template_decoder.build(parts + (6,), features)
-        template_values = (
-            self.template_size[0] * self.template_size[1] * self.image_shape[2]
-        )
-        self.object_encoder.build(
-            parts + (6 + 1 + self.num_part_features + template_values,),
-            parts,
-        )
-        self.object_decoder.build((batch, self.num_objects, self.object_dim))
-        self.prior_probe.build((batch, self.num_objects))
-        self.posterior_probe.build((batch, self.num_objects))
-        self.built = True
-
-    def call(self, inputs, training=None):
-        images = standardize_images(
-            inputs, self.image_shape, type(self).__name__
-        )
-        batch = ops.shape(images)[0]
-        parts = self.part_encoder(images, training=training)
-        poses, presence = parts["poses"], parts["presence"]
-        # One decoder pass: its unwarped templates also feed the object
-        # encoder.
-        image = self.template_decoder(poses, parts["features"])
-        templates = image["source_templates"]
-        templates = ops.broadcast_to(
-            templates, (batch,) + tuple(templates.shape[1:])
-        )
-        # As in the official code: poses, presences and templates reach
-        # the object encoder with their gradient stopped, the special
-        # features with it (in this order).
-        set_inputs = ops.concatenate(
-            [
-                ops.stop_gradient(poses),
-                ops.stop_gradient(1.0 - presence[..., None]),
-                parts["features"],
-                ops.stop_gradient(
-                    ops.reshape(templates, (batch, self.num_parts, -1))
-                ),
-            ],
-            axis=-1,
-        )
-        objects = self.object_decoder(
-            self.object_encoder(set_inputs, ops.stop_gradient(presence)),
-            training=training,
-        )
-        part_log_likelihood, posterior = part_pose_log_likelihood(
-            ops.stop_gradient(poses),
-            objects["votes"],
-            objects["vote_scales"],
-            objects["vote_presence"],
-            ops.stop_gradient(presence),
-            normalize_mixing=self.normalize_part_mixing,
-        )
-        image_log_likelihood = template_mixture_log_likelihood(
+        # === Functional Model ===
+        images = keras.Input(shape=image_shape, name="images")
+        outputs = scae_outputs(
             images,
-            image["templates"],
-            image["template_logits"],
-            presence,
-            image["background"],
-            image["background_logit"],
+            part_encoder,
+            template_decoder,
+            object_encoder,
+            object_decoder,
+            (prior_probe, posterior_probe),
+            normalize_part_mixing,
         )
-        posterior_presence = ops.sum(posterior, axis=1)
-        outputs = {
-            "object_presence": objects["presence"],
-            "object_poses": objects["poses"],
-            "object_posterior_presence": posterior_presence,
-            "part_poses": poses,
-            "part_presence": presence,
-            "image_log_likelihood": ops.sum(
-                image_log_likelihood, axis=(1, 2, 3)
-            ),
-            "part_log_likelihood": part_log_likelihood,
-            "dynamic_l2": objects["dynamic_l2"],
-            "prior_logits": self.prior_probe(
-                ops.stop_gradient(objects["presence"])
-            ),
-            "posterior_logits": self.posterior_probe(
-                ops.stop_gradient(posterior_presence)
-            ),
+        super().__init__(inputs=images, outputs=outputs, **kwargs)
+        self.part_encoder = part_encoder
+        self.template_decoder = template_decoder
+        self.object_encoder = object_encoder
+        self.object_decoder = object_decoder
+        self.prior_probe = prior_probe
+        self.posterior_probe = posterior_probe
+        self.term_trackers = {
+            name: keras.metrics.Mean(name=name) for name in _TERMS
         }
-        return mask_non_finite(images, outputs)
+
+        # === Config ===
+        self.image_shape = image_shape
+        self.num_parts = part_encoder.num_parts
+        self.num_object_capsules = object_encoder.num_object_capsules
+        self.template_size = template_size
+        self.num_part_features = part_encoder.num_part_features
+        self.object_capsule_dim = object_encoder.object_capsule_dim
+        self.num_classes = num_classes
+        self.colorize_templates = colorize_templates
+        self.use_alpha_channel = use_alpha_channel
+        self.noise_scale = noise_scale
+        self.inference_noise_seed = inference_noise_seed
+        self.part_head_layout = part_head_layout
+        self.presence_masking = presence_masking
+        self.normalize_part_mixing = normalize_part_mixing
+        self.seed = seed
 
     def reconstruct(self, x, return_parts=False):
         """The part autoencoder's reconstruction of images `x`: at every
@@ -388,27 +270,159 @@ class StackedCapsuleAutoencoder(
             return_components=return_parts,
         )
 
+    def default_optimizer(self, total_steps=None):
+        """The optimizer of `compile(optimizer="auto")`: the official
+        RMSprop, `keras_capsules.optimizers.RMSprop(3e-5, rho=0.9,
+        momentum=0.9, epsilon=1e-2 / 128**2, initial_velocity=1.0)`.
+
+        Its learning rate is constant, as in the official run, whatever
+        `total_steps` says (accepted, as every model's `compile` takes it).
+        The official epsilon is `1e-2 / batch_size**2` for the official
+        batch of 128; for another batch size pass that optimizer with its
+        own epsilon to `compile`.
+
+        Args:
+            total_steps: Optional positive integer, unused. Defaults to
+                `None`.
+
+        Returns:
+            A `keras_capsules.optimizers.RMSprop`.
+        """
+        check_int(total_steps, "total_steps", minimum=1, allow_none=True)
+        return RMSprop(
+            3e-5,
+            rho=0.9,
+            momentum=0.9,
+            epsilon=1e-2 / _OFFICIAL_BATCH_SIZE**2,
+            initial_velocity=1.0,
+        )
+
+    def default_loss(self):
+        """The loss of `compile(loss="auto")`: the official objective,
+        `keras_capsules.losses.StackedCapsuleAutoencoderLoss(num_classes=
+        num_classes)`."""
+        return StackedCapsuleAutoencoderLoss(num_classes=self.num_classes)
+
+    def default_metrics(self):
+        """The metrics of `compile(metrics="auto")`: none. The model logs
+        the loss's terms and the probes' losses and accuracies itself."""
+        return None
+
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        *,
+        metrics="auto",
+        jit_compile="auto",
+        total_steps=None,
+        **kwargs,
+    ):
+        """Configures the model for training, with the model's defaults.
+
+        As every model's `compile` (docs/api.md). `loss` is `"auto"` (the
+        official `losses.StackedCapsuleAutoencoderLoss`), an instance of
+        that class with other settings, or any callable
+        `loss(labels_or_none, outputs)` of the dict of outputs that
+        returns a scalar (its terms are then not logged). `metrics` are
+        Keras metrics keyed by output name (with labels), for example
+        `{"prior_logits": keras.metrics.SparseCategoricalAccuracy()}`.
+        `total_steps` is accepted and unused: the official learning rate
+        is constant (see `default_optimizer`).
+
+        Raises:
+            ValueError: If `loss` is neither `"auto"` nor callable, or
+                `total_steps` is given with an optimizer.
+        """
+        if loss is None or not (
+            (isinstance(loss, str) and loss == "auto") or callable(loss)
+        ):
+            raise ValueError(
+                "StackedCapsuleAutoencoder takes loss='auto', a "
+                "keras_capsules.losses.StackedCapsuleAutoencoderLoss, or a "
+                "callable of (labels, outputs) returning a scalar. "
+                f"Received: loss={loss!r}"
+            )
+        super().compile(
+            optimizer=optimizer,
+            loss=loss,
+            metrics=metrics,
+            jit_compile=jit_compile,
+            total_steps=total_steps,
+            **kwargs,
+        )
+
+    def compile_from_config(self, config):
+        # A model saved before 1.0 compiled with `loss=None`: its loss was
+        # the official one.
+        if config.get("loss") is None:
+            config = {**config, "loss": "auto"}
+        super().compile_from_config(config)
+
+    def compute_loss(
+        self, x=None, y=None, y_pred=None, sample_weight=None, training=True
+    ):
+        if sample_weight is not None:
+            raise ValueError(
+                "StackedCapsuleAutoencoder's loss is one number per batch "
+                "(its sparsity terms are taken over the batch) and takes no "
+                "sample weights. Received: sample_weight="
+                f"{type(sample_weight).__name__}"
+            )
+        if isinstance(self.loss, StackedCapsuleAutoencoderLoss):
+            loss, terms = self.loss.terms(y, y_pred)
+            for name, value in terms.items():
+                self.term_trackers[name].update_state(value)
+        else:
+            loss = self.loss(y, y_pred)
+        # `dummy_vote` (unused, as in the official MNIST model) and, without
+        # labels, the probes take a zero gradient: it leaves them as they
+        # are and keeps Keras from warning about missing gradients.
+        unused = [self.object_decoder.dummy_vote]
+        if y is None:
+            unused += self.prior_probe.weights + self.posterior_probe.weights
+        loss = ops.cast(loss, "float32")
+        loss = loss + 0.0 * sum(ops.sum(ops.cast(w, "float32")) for w in unused)
+        for extra in self.losses:
+            loss = loss + ops.cast(extra, "float32")
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        logs = super().compute_metrics(x, y, y_pred, sample_weight)
+        # Only the values this step computed: the probes' need labels, the
+        # loss's terms a `StackedCapsuleAutoencoderLoss`.
+        logged = set()
+        if isinstance(self.loss, StackedCapsuleAutoencoderLoss):
+            logged = {name for name in _TERMS if "probe" not in name}
+            if y is not None:
+                logged = set(_TERMS)
+        return {
+            name: value
+            for name, value in logs.items()
+            if name not in self.term_trackers or name in logged
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**upgrade_config(config))
+
     def get_config(self):
-        config = {
+        return {
             "name": self.name,
+            "trainable": self.trainable,
             "image_shape": self.image_shape,
             "num_parts": self.num_parts,
-            "num_objects": self.num_objects,
+            "num_object_capsules": self.num_object_capsules,
             "template_size": self.template_size,
             "num_part_features": self.num_part_features,
-            "object_dim": self.object_dim,
+            "object_capsule_dim": self.object_capsule_dim,
             "num_classes": self.num_classes,
             "colorize_templates": self.colorize_templates,
             "use_alpha_channel": self.use_alpha_channel,
             "noise_scale": self.noise_scale,
-            "noise_at_inference": self.noise_at_inference,
+            "inference_noise_seed": self.inference_noise_seed,
             "part_head_layout": self.part_head_layout,
             "presence_masking": self.presence_masking,
             "normalize_part_mixing": self.normalize_part_mixing,
-            "prior_within_example_constant": (
-                self.prior_within_example_constant
-            ),
             "seed": self.seed,
         }
-        config.update(self.loss_weights)
-        return config

@@ -18,3 +18,15 @@ def compute_dtypes(x):
         dtype = keras.config.floatx()
     compute_dtype = "float32" if dtype in _HALF_DTYPES else dtype
     return dtype, compute_dtype
+
+
+def matmul(a, b):
+    """`keras.ops.matmul`, in float64 for float64 operands.
+
+    Keras's `matmul` on PyTorch computes float64 operands in float32 and
+    returns float32; `einsum` keeps float64. Every other dtype takes
+    `keras.ops.matmul`, unchanged.
+    """
+    if keras.backend.standardize_dtype(a.dtype) == "float64":
+        return keras.ops.einsum("...ij,...jk->...ik", a, b)
+    return keras.ops.matmul(a, b)

@@ -41,9 +41,12 @@ def _is_repeated_int(stored, value):
 
 
 def _shapes(structure):
-    """Flattens a shape or a list of shapes into a list of tuples."""
+    """Flattens a shape, or a list, tuple or dict of shapes (sorted by key,
+    as `keras.tree.flatten` orders a dict) into a list of tuples."""
     if _is_shape(structure):
         return [structure]
+    if isinstance(structure, dict):
+        structure = [structure[key] for key in sorted(structure)]
     return [tuple(s) for s in structure]
 
 
@@ -64,7 +67,8 @@ class TestCase(parameterized.TestCase):
         return temp_dir
 
     def assertAllClose(self, x1, x2, atol=1e-6, rtol=1e-6, msg=None):
-        for a, b in zip(_as_list(x1), _as_list(x2), strict=True):
+        flat_1, flat_2 = keras.tree.flatten(x1), keras.tree.flatten(x2)
+        for a, b in zip(flat_1, flat_2, strict=True):
             np.testing.assert_allclose(
                 _to_numpy(a),
                 _to_numpy(b),
@@ -103,11 +107,16 @@ class TestCase(parameterized.TestCase):
             layer_cls: The layer class to test.
             init_kwargs: Dict of constructor arguments.
             input_shape: A shape tuple, or a list of them for layers that
-                take several inputs, including the batch dimension.
-            input_data: Optional array (or list of arrays) to call the layer
-                on. Generated from `input_shape` when omitted.
-            expected_output_shape: The output shape (or list of shapes),
-                including the batch dimension.
+                take several inputs as a list, or a tuple of them for
+                layers that take several positional arguments, including
+                the batch dimension.
+            input_data: Optional array (or list, or tuple, of arrays) to
+                call the layer on. Generated from `input_shape` when
+                omitted.
+            expected_output_shape: The output shape (or list, or dict of
+                shapes), including the batch dimension. Outputs without the
+                batch dimension (a learned constant) are left out of the
+                training check.
             expected_num_trainable_weights: Number of trainable weights.
             expected_num_non_trainable_weights: Number of non-trainable
                 weights.
@@ -127,12 +136,19 @@ class TestCase(parameterized.TestCase):
                 lambda x: tuple(x.shape), input_data
             )
         multi_input = not _is_shape(input_shape)
+        positional = multi_input and isinstance(input_shape, tuple)
+
+        def apply(function, inputs):
+            """`function` on the inputs as the layer takes them."""
+            if positional:
+                return function(*inputs)
+            return function(list(inputs) if multi_input else inputs)
 
         self._check_config(layer_cls, init_kwargs)
 
         # Build from a shape, count weights.
         layer = layer_cls(**init_kwargs)
-        layer.build(list(input_shape) if multi_input else input_shape)
+        apply(layer.build, input_shape)
         self.assertTrue(layer.built)
         if expected_num_trainable_weights is not None:
             self.assertLen(
@@ -149,9 +165,7 @@ class TestCase(parameterized.TestCase):
             self.assertTrue(weight.name, "every weight must be named")
 
         if expected_output_shape is not None:
-            computed = layer.compute_output_shape(
-                list(input_shape) if multi_input else input_shape
-            )
+            computed = apply(layer.compute_output_shape, input_shape)
             self._assert_shapes(computed, expected_output_shape)
 
         # Symbolic call on keras.Input (unknown batch size).
@@ -160,13 +174,15 @@ class TestCase(parameterized.TestCase):
             for s in _shapes(input_shape)
         ]
         symbolic_in = inputs if multi_input else inputs[0]
-        symbolic_out = layer_cls(**init_kwargs)(symbolic_in)
+        if positional:
+            symbolic_in = tuple(inputs)
+        symbolic_out = apply(layer_cls(**init_kwargs), symbolic_in)
         if expected_output_shape is not None:
             self._assert_shapes(
-                keras.tree.map_structure(
-                    lambda t: (None,) + tuple(t.shape[1:]),
-                    _as_list(symbolic_out),
-                ),
+                [
+                    (None,) + tuple(t.shape[1:])
+                    for t in keras.tree.flatten(symbolic_out)
+                ],
                 [
                     (None,) + tuple(s[1:])
                     for s in _shapes(expected_output_shape)
@@ -175,18 +191,21 @@ class TestCase(parameterized.TestCase):
 
         # Eager call.
         eager_layer = layer_cls(**init_kwargs)
-        eager_out = eager_layer(input_data)
+        eager_out = apply(eager_layer, input_data)
         if expected_output_shape is not None:
             self._assert_shapes(
-                [tuple(o.shape) for o in _as_list(eager_out)],
+                [tuple(o.shape) for o in keras.tree.flatten(eager_out)],
                 expected_output_shape,
             )
         self.assertAllFinite(eager_out)
 
         if run_training_check or run_saving_check:
             model = keras.Model(
-                symbolic_in, layer_cls(**init_kwargs)(symbolic_in)
+                list(symbolic_in) if positional else symbolic_in,
+                apply(layer_cls(**init_kwargs), symbolic_in),
             )
+            if positional:
+                input_data = list(input_data)
         if run_training_check:
             self._run_fit_step(model, input_data)
         if run_saving_check:
@@ -296,8 +315,18 @@ class TestCase(parameterized.TestCase):
         return arrays if not _is_shape(input_shape) else arrays[0]
 
     def _run_fit_step(self, model, input_data):
-        outputs = _as_list(model.outputs)
+        batch = len(keras.tree.flatten(input_data)[0])
+        # Outputs with the batch dimension (not a learned constant).
+        kept = [
+            o for o in keras.tree.flatten(model.outputs) if o.shape[0] is None
+        ]
+        if isinstance(model.output, dict) or len(kept) != len(model.outputs):
+            model = keras.Model(
+                model.inputs, kept if len(kept) > 1 else kept[0]
+            )
+        outputs = kept
         predictions = _as_list(model.predict(input_data, verbose=0))
+        self.assertEqual(len(predictions[0]), batch)
         targets = [np.zeros_like(p) for p in predictions]
         model.compile(
             optimizer=keras.optimizers.SGD(0.01),

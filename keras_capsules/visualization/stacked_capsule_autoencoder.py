@@ -56,7 +56,7 @@ def learned_templates(model, columns=10):
 
     >>> from keras_capsules.models import StackedCapsuleAutoencoder
     >>> from keras_capsules.visualization import learned_templates
-    >>> model = StackedCapsuleAutoencoder(num_parts=12, num_objects=4)
+    >>> model = StackedCapsuleAutoencoder(num_parts=12, num_object_capsules=4)
     >>> len(learned_templates(model, columns=6).axes)
     12
     """
@@ -102,7 +102,10 @@ def part_reconstructions(model, images):
     >>> from keras_capsules.models import StackedCapsuleAutoencoder
     >>> from keras_capsules.visualization import part_reconstructions
     >>> model = StackedCapsuleAutoencoder(
-    ...     image_shape=(28, 28, 1), num_parts=6, num_objects=4, object_dim=8
+    ...     image_shape=(28, 28, 1),
+    ...     num_parts=6,
+    ...     num_object_capsules=4,
+    ...     object_capsule_dim=8,
     ... )
     >>> fig = part_reconstructions(model, np.zeros((3, 28, 28, 1)))
     >>> len(fig.axes)
@@ -135,9 +138,9 @@ def part_reconstructions(model, images):
 def object_presence_by_class(model, images, labels, kind="posterior"):
     """Draws the object capsules' mean presence for every class.
 
-    A `num_classes x num_objects` image: row `c` is the mean, over the
-    images of class `c`, of each object capsule's presence, divided by the
-    largest mean of the figure. On a model that learned digits, each class
+    A `num_classes x num_object_capsules` image: row `c` is the mean, over
+    the images of class `c`, of each object capsule's presence, divided by
+    the largest mean of the figure. On a model that learned digits, each class
     lights up its own few capsules.
 
     Args:
@@ -164,7 +167,10 @@ def object_presence_by_class(model, images, labels, kind="posterior"):
     >>> from keras_capsules.models import StackedCapsuleAutoencoder
     >>> from keras_capsules.visualization import object_presence_by_class
     >>> model = StackedCapsuleAutoencoder(
-    ...     image_shape=(28, 28, 1), num_parts=6, num_objects=4, object_dim=8
+    ...     image_shape=(28, 28, 1),
+    ...     num_parts=6,
+    ...     num_object_capsules=4,
+    ...     object_capsule_dim=8,
     ... )
     >>> images = np.zeros((20, 28, 28, 1))
     >>> fig = object_presence_by_class(model, images, np.arange(20) % 10)
@@ -186,14 +192,14 @@ def object_presence_by_class(model, images, labels, kind="posterior"):
         )
     outputs = model.predict(images, batch_size=100, verbose=0)
     presence = outputs[_PRESENCE_OUTPUTS[kind]]
-    means = np.zeros((model.num_classes, model.num_objects))
+    means = np.zeros((model.num_classes, model.num_object_capsules))
     for label in range(model.num_classes):
         if np.any(labels == label):
             means[label] = presence[labels == label].mean(0)
     means = means / max(means.max(), 1e-12)
     fig = _figures.new_figure(
         matplotlib,
-        1.5 + 0.2 * model.num_objects,
+        1.5 + 0.2 * model.num_object_capsules,
         1.0 + 0.25 * model.num_classes,
     )
     ax = fig.add_subplot()

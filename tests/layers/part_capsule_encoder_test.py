@@ -26,7 +26,7 @@ class PartCapsuleEncoderTest(TestCase):
         )
 
     def test_poses_are_official_transforms_and_presence_in_range(self):
-        layer = PartCapsuleEncoder(num_capsules=5, noise_at_inference=False)
+        layer = PartCapsuleEncoder(num_parts=5)
         parts = layer(scae_cases.images(size=28))
         poses = ops.convert_to_numpy(parts["poses"])
         determinant = (
@@ -43,27 +43,42 @@ class PartCapsuleEncoderTest(TestCase):
 
     def test_noise(self):
         images = scae_cases.images(size=28)
-        quiet = PartCapsuleEncoder(num_capsules=4, noise_at_inference=False)
-        first = quiet(images)["presence_logits"]
+        layer = PartCapsuleEncoder(num_parts=4, seed=1)
+        first = layer(images)["presence_logits"]
+        # Deterministic outside training, and equal to no noise at all.
+        self.assertAllClose(first, layer(images)["presence_logits"])
+        quiet = PartCapsuleEncoder(num_parts=4, noise_scale=0.0)
+        quiet(images)
+        quiet.set_weights(layer.get_weights())
         self.assertAllClose(first, quiet(images)["presence_logits"])
-        noisy = quiet(images, training=True)["presence_logits"]
+        # In training, within [-2, 2] and drawn anew at every call.
+        noisy = layer(images, training=True)["presence_logits"]
+        again = layer(images, training=True)["presence_logits"]
         difference = ops.convert_to_numpy(noisy - first)
         self.assertTrue(np.all(np.abs(difference) <= 2.0 + 1e-6))
         self.assertGreater(np.abs(difference).max(), 0.1)
-        official = PartCapsuleEncoder(num_capsules=4, seed=1)
         self.assertFalse(
             np.allclose(
-                ops.convert_to_numpy(official(images)["presence_logits"]),
-                ops.convert_to_numpy(official(images)["presence_logits"]),
+                ops.convert_to_numpy(noisy), ops.convert_to_numpy(again)
             )
         )
+        # The official evaluation: noise outside training too, the same
+        # at every call for one seed.
+        evaluation = PartCapsuleEncoder(num_parts=4, inference_noise_seed=7)
+        evaluation(images)
+        evaluation.set_weights(layer.get_weights())
+        a = evaluation(images)["presence_logits"]
+        self.assertAllClose(a, evaluation(images)["presence_logits"])
+        difference = ops.convert_to_numpy(a - first)
+        self.assertGreater(np.abs(difference).max(), 0.1)
+        self.assertTrue(np.all(np.abs(difference) <= 2.0 + 1e-6))
 
     def test_head_layouts_pool_the_same_values_differently(self):
         images = scae_cases.images(size=28)
-        official = PartCapsuleEncoder(num_capsules=3, noise_scale=0.0)
+        official = PartCapsuleEncoder(num_parts=3)
         official(images)
         grouped = PartCapsuleEncoder(
-            num_capsules=3, noise_scale=0.0, head_layout="per_capsule"
+            num_parts=3, part_head_layout="per_capsule"
         )
         grouped(images)
         grouped.set_weights(official.get_weights())
@@ -74,11 +89,12 @@ class PartCapsuleEncoderTest(TestCase):
 
     def test_config_round_trip(self):
         layer = PartCapsuleEncoder(
-            num_capsules=3,
-            num_features=2,
+            num_parts=3,
+            num_part_features=2,
             filters=(4, 4),
             strides=(2, 1),
-            head_layout="per_capsule",
+            part_head_layout="per_capsule",
+            inference_noise_seed=4,
             seed=3,
         )
         clone = PartCapsuleEncoder.from_config(layer.get_config())
@@ -87,7 +103,9 @@ class PartCapsuleEncoderTest(TestCase):
     def test_rejects_bad_arguments(self):
         with self.assertRaisesRegex(ValueError, "strides"):
             PartCapsuleEncoder(filters=(4, 4), strides=(1,))
-        with self.assertRaisesRegex(ValueError, "head_layout"):
-            PartCapsuleEncoder(head_layout="transposed")
+        with self.assertRaisesRegex(ValueError, "part_head_layout"):
+            PartCapsuleEncoder(part_head_layout="official")
+        with self.assertRaisesRegex(ValueError, "inference_noise_seed"):
+            PartCapsuleEncoder(inference_noise_seed=-1)
         with self.assertRaisesRegex(ValueError, "too small"):
             PartCapsuleEncoder()(np.zeros((1, 8, 8, 1), "float32"))

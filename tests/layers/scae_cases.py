@@ -79,3 +79,75 @@ def official_count(module):
 def images(batch=2, size=40, seed=0):
     rng = np.random.default_rng(seed)
     return rng.uniform(size=(batch, size, size, 1)).astype("float32")
+
+
+def run_layer_test_cases():
+    """`(name, layer class, init kwargs, input data, expected output
+    shapes)` for `TestCase.run_layer_test`: small layers, noise on."""
+    from keras import ops
+
+    from keras_capsules import layers
+    from keras_capsules.ops import geometric_transform
+
+    rng = np.random.default_rng(0)
+    poses = ops.convert_to_numpy(
+        geometric_transform(rng.uniform(-1, 1, (2, 5, 6)).astype("float32"))
+    )
+    features = rng.uniform(-1, 1, (2, 5, 3)).astype("float32")
+    return [
+        (
+            "part_capsule_encoder",
+            layers.PartCapsuleEncoder,
+            dict(
+                num_parts=5,
+                num_part_features=3,
+                filters=(4, 4),
+                strides=(2, 1),
+                seed=1,
+            ),
+            images(batch=2, size=12),
+            {
+                "features": (2, 5, 3),
+                "poses": (2, 5, 6),
+                "presence": (2, 5),
+                "presence_logits": (2, 5),
+            },
+        ),
+        (
+            "template_decoder",
+            layers.TemplateDecoder,
+            dict(output_size=(9, 9), num_parts=5, template_size=(4, 4), seed=2),
+            (poses, features),
+            {
+                "background": (1,),
+                "background_logit": (1,),
+                "source_templates": (2, 5, 4, 4, 1),
+                "template_logits": (2, 5, 9, 9, 1),
+                "templates": (2, 5, 9, 9, 1),
+            },
+        ),
+        (
+            "set_transformer",
+            layers.SetTransformer,
+            dict(num_object_capsules=3, object_capsule_dim=8, hidden_dim=4),
+            (
+                rng.uniform(-1, 1, (2, 5, 7)).astype("float32"),
+                rng.uniform(0.05, 1, (2, 5)).astype("float32"),
+            ),
+            (2, 3, 8),
+        ),
+        (
+            "object_capsule_decoder",
+            layers.ObjectCapsuleDecoder,
+            dict(num_parts=5, hidden_dim=8, seed=3),
+            rng.uniform(-1, 1, (2, 3, 8)).astype("float32"),
+            {
+                "dynamic_l2": (2,),
+                "poses": (2, 3, 6),
+                "presence": (2, 3),
+                "vote_presence": (2, 3, 5),
+                "vote_scales": (2, 3, 5),
+                "votes": (2, 3, 5, 6),
+            },
+        ),
+    ]

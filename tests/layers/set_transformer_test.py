@@ -47,7 +47,9 @@ def _parts(batch=2, num=6, dim=10, seed=0):
 
 
 def _small(**kwargs):
-    return SetTransformer(num_outputs=3, output_dim=8, hidden_dim=4, **kwargs)
+    return SetTransformer(
+        num_object_capsules=3, object_capsule_dim=8, hidden_dim=4, **kwargs
+    )
 
 
 class SetTransformerTest(TestCase):

@@ -36,7 +36,7 @@ class TemplateDecoderTest(TestCase):
     def test_initial_templates(self):
         # Orthogonal rows of a QR decomposition, rescaled to [0, 1] before
         # the sigmoid; no alpha (zeros) and a background logit of 0.
-        layer = TemplateDecoder(num_templates=5, template_size=(4, 4), seed=2)
+        layer = TemplateDecoder(num_parts=5, template_size=(4, 4), seed=2)
         layer(_poses(num=5), _features(num=5))
         logits = ops.convert_to_numpy(layer.template_logits)
         self.assertAllClose(logits.min(), 0.0)
@@ -48,7 +48,7 @@ class TemplateDecoderTest(TestCase):
         self.assertAllClose(layer.background_logit, np.zeros(1))
 
     def test_warps_the_coloured_templates(self):
-        layer = TemplateDecoder(num_templates=3, template_size=(5, 5), seed=0)
+        layer = TemplateDecoder(num_parts=3, template_size=(5, 5), seed=0)
         poses, features = _poses(num=3), _features(num=3)
         out = layer(poses, features)
         templates = ops.convert_to_numpy(layer.templates(features))
@@ -66,10 +66,10 @@ class TemplateDecoderTest(TestCase):
     @parameterized.named_parameters(("sigmoid", "sigmoid"), ("relu1", "relu1"))
     def test_without_colour_or_alpha(self, activation):
         layer = TemplateDecoder(
-            num_templates=3,
+            num_parts=3,
             template_size=(5, 5),
             output_size=(12, 12),
-            colorize=False,
+            colorize_templates=False,
             use_alpha_channel=False,
             template_activation=activation,
         )
@@ -94,7 +94,7 @@ class TemplateDecoderTest(TestCase):
     def test_config_round_trip(self):
         layer = TemplateDecoder(
             output_size=(28, 28),
-            num_templates=4,
+            num_parts=4,
             template_size=(7, 7),
             channels=3,
             color_activation="relu1",
@@ -107,6 +107,6 @@ class TemplateDecoderTest(TestCase):
         with self.assertRaisesRegex(ValueError, "template_activation"):
             TemplateDecoder(template_activation="relu")
         with self.assertRaisesRegex(ValueError, "features"):
-            TemplateDecoder(num_templates=3)(_poses(num=3))
+            TemplateDecoder(num_parts=3)(_poses(num=3))
         with self.assertRaisesRegex(ValueError, "poses.shape"):
-            TemplateDecoder(num_templates=3)(_poses(num=4), _features(num=4))
+            TemplateDecoder(num_parts=3)(_poses(num=4), _features(num=4))

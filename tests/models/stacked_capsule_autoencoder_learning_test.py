@@ -45,9 +45,8 @@ class StackedCapsuleAutoencoderLearningTest(TestCase):
         model = StackedCapsuleAutoencoder(
             image_shape=(28, 28, 1),
             num_parts=16,
-            num_objects=10,
-            object_dim=32,
-            noise_at_inference=False,
+            num_object_capsules=10,
+            object_capsule_dim=32,
             seed=0,
         )
         model.compile(optimizer=keras.optimizers.Adam(1e-3))

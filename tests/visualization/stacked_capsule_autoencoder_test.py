@@ -18,10 +18,10 @@ class StackedCapsuleAutoencoderFiguresTest(TestCase):
         cls.model = StackedCapsuleAutoencoder(
             image_shape=(28, 28, 1),
             num_parts=6,
-            num_objects=4,
+            num_object_capsules=4,
             template_size=(7, 7),
             num_part_features=4,
-            object_dim=8,
+            object_capsule_dim=8,
             seed=0,
         )
         cls.images = np.random.default_rng(0).random((5, 28, 28, 1))

@@ -24,6 +24,7 @@ from keras import ops
 
 from keras_capsules.ops import _tiles
 from keras_capsules.ops._backend import routes_children_first
+from keras_capsules.ops._dtypes import matmul
 
 
 def vote_layout(geometry, num_in):
@@ -82,7 +83,7 @@ class ChildrenFirst(VoteLayout):
             (self.num_children, pose_size, num_out * pose_size),
         )
         return ops.reshape(
-            ops.matmul(rows, kernel),
+            matmul(rows, kernel),
             (self.num_children, -1, out_h, out_w, pose_size, num_out)
             + (pose_size,),
         )
@@ -160,7 +161,7 @@ class PositionsFirst(VoteLayout):
             (self.num_children, pose_size**2, num_out * pose_size**2),
         )
         votes = ops.reshape(
-            ops.matmul(rows, kernel),
+            matmul(rows, kernel),
             (self.num_children, -1, out_h, out_w, num_out, pose_size**2),
         )
         return ops.transpose(votes, (1, 2, 3, 0, 4, 5))
