@@ -1022,3 +1022,43 @@ def scae_set_transformer(x, presence, params):
     z = h @ params["output"][0] + params["output"][1]
     seeds = np.broadcast_to(params["seeds"], (len(x),) + params["seeds"].shape)
     return scae_attention(seeds, z, z, presence, *params["pooling"])
+
+
+def scae_objective(outputs, labels=None, num_classes=10, weights=None):
+    """scae.py `ImageAutoencoder._loss` with run_mnist.sh's weights (or
+    `weights`, keyed as `losses.StackedCapsuleAutoencoderLoss`'s
+    arguments): the mean likelihoods and `dynamic_l2`, the sparsity terms
+    (`scae_sparsity`, the l2 between-example term negated, as the official
+    function returns it, and subtracted), and with labels the probes'
+    mean cross-entropies."""
+    w = {
+        "part_likelihood_weight": 1.0,
+        "dynamic_l2_weight": 10.0,
+        "prior_within_sparsity_weight": 2.0,
+        "prior_between_sparsity_weight": 0.35,
+        "posterior_within_sparsity_weight": 0.7,
+        "posterior_between_sparsity_weight": 0.2,
+        **(weights or {}),
+    }
+    o = {k: np.asarray(v, dtype="float64") for k, v in outputs.items()}
+    num_parts = o["part_presence"].shape[-1]
+    prior_within, prior_between = scae_sparsity(
+        o["object_presence"], "l2", num_classes
+    )
+    posterior_within, posterior_between = scae_sparsity(
+        o["object_posterior_presence"] / num_parts, "entropy"
+    )
+    loss = (
+        -o["image_log_likelihood"].mean()
+        - w["part_likelihood_weight"] * o["part_log_likelihood"].mean()
+        + w["dynamic_l2_weight"] * o["dynamic_l2"].mean()
+        + w["prior_within_sparsity_weight"] * prior_within
+        - w["prior_between_sparsity_weight"] * prior_between
+        + w["posterior_within_sparsity_weight"] * posterior_within
+        - w["posterior_between_sparsity_weight"] * posterior_between
+    )
+    if labels is not None:
+        for key in ("prior_logits", "posterior_logits"):
+            log_p = np.log(softmax(o[key], axis=-1))
+            loss -= log_p[np.arange(len(labels)), labels].mean()
+    return loss

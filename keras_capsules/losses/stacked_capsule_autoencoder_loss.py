@@ -139,19 +139,9 @@ def stacked_capsule_autoencoder_loss(
     >>> tuple(loss.shape)
     ()
     """
+    arguments = locals()
     weights, num_classes, constant = _check_settings(
-        {
-            "part_likelihood_weight": part_likelihood_weight,
-            "dynamic_l2_weight": dynamic_l2_weight,
-            "prior_within_sparsity_weight": prior_within_sparsity_weight,
-            "prior_between_sparsity_weight": prior_between_sparsity_weight,
-            "posterior_within_sparsity_weight": (
-                posterior_within_sparsity_weight
-            ),
-            "posterior_between_sparsity_weight": (
-                posterior_between_sparsity_weight
-            ),
-        },
+        {name: arguments[name] for name in DEFAULT_WEIGHTS},
         num_classes,
         prior_within_example_constant,
     )
@@ -279,21 +269,9 @@ class StackedCapsuleAutoencoderLoss(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction="sum", dtype=dtype)
+        arguments = locals()
         weights, num_classes, constant = _check_settings(
-            {
-                "part_likelihood_weight": part_likelihood_weight,
-                "dynamic_l2_weight": dynamic_l2_weight,
-                "prior_within_sparsity_weight": prior_within_sparsity_weight,
-                "prior_between_sparsity_weight": (
-                    prior_between_sparsity_weight
-                ),
-                "posterior_within_sparsity_weight": (
-                    posterior_within_sparsity_weight
-                ),
-                "posterior_between_sparsity_weight": (
-                    posterior_between_sparsity_weight
-                ),
-            },
+            {name: arguments[name] for name in DEFAULT_WEIGHTS},
             num_classes,
             prior_within_example_constant,
         )

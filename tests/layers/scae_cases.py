@@ -72,6 +72,18 @@ OFFICIAL_SHAPES = {
 }
 
 
+# A small network of the official design, for the model's tests.
+SMALL_MODEL = dict(
+    image_shape=(28, 28, 1),
+    num_parts=6,
+    num_object_capsules=4,
+    template_size=(7, 7),
+    num_part_features=4,
+    object_capsule_dim=8,
+    seed=0,
+)
+
+
 def official_count(module):
     return sum(int(np.prod(shape)) for shape in OFFICIAL_SHAPES[module])
 

@@ -17,14 +17,7 @@ _NOISY = ("part_encoder", "object_decoder")
 
 def _model(noise_scale=4.0):
     return StackedCapsuleAutoencoder(
-        noise_scale=noise_scale,
-        image_shape=(28, 28, 1),
-        num_parts=6,
-        num_object_capsules=4,
-        template_size=(7, 7),
-        num_part_features=4,
-        object_capsule_dim=8,
-        seed=0,
+        **scae_cases.SMALL_MODEL, noise_scale=noise_scale
     )
 
 

@@ -37,17 +37,7 @@ _LAYERS = (
 
 
 def _small(**kwargs):
-    config = dict(
-        image_shape=(28, 28, 1),
-        num_parts=6,
-        num_object_capsules=4,
-        template_size=(7, 7),
-        num_part_features=4,
-        object_capsule_dim=8,
-        seed=0,
-    )
-    config.update(kwargs)
-    return StackedCapsuleAutoencoder(**config)
+    return StackedCapsuleAutoencoder(**{**scae_cases.SMALL_MODEL, **kwargs})
 
 
 def _images(batch=3, size=28, seed=0):

@@ -3,6 +3,7 @@ import pytest
 
 from keras_capsules.models import StackedCapsuleAutoencoder
 from keras_capsules.testing import TestCase
+from tests.layers import scae_cases
 
 pytest.importorskip("matplotlib")
 
@@ -15,15 +16,7 @@ class StackedCapsuleAutoencoderFiguresTest(TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.model = StackedCapsuleAutoencoder(
-            image_shape=(28, 28, 1),
-            num_parts=6,
-            num_object_capsules=4,
-            template_size=(7, 7),
-            num_part_features=4,
-            object_capsule_dim=8,
-            seed=0,
-        )
+        cls.model = StackedCapsuleAutoencoder(**scae_cases.SMALL_MODEL)
         cls.images = np.random.default_rng(0).random((5, 28, 28, 1))
 
     def test_learned_templates(self):
