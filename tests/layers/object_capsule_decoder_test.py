@@ -12,6 +12,10 @@ def _features(batch=2, num=4, dim=8, seed=0):
     return rng.standard_normal((batch, num, dim)).astype("float32")
 
 
+def _numpy(outputs):
+    return {k: ops.convert_to_numpy(v) for k, v in outputs.items()}
+
+
 class ObjectCapsuleDecoderTest(TestCase):
     def test_official_shapes_and_parameters(self):
         layer = ObjectCapsuleDecoder()
@@ -57,9 +61,40 @@ class ObjectCapsuleDecoderTest(TestCase):
         )
         self.assertGreater(dynamic_l2.min(), 0.0)
 
+    def test_noise(self):
+        features = _features()
+        layer = ObjectCapsuleDecoder(num_parts=5, seed=1)
+        first = _numpy(layer(features))
+        quiet = ObjectCapsuleDecoder(num_parts=5, noise_scale=0.0)
+        quiet(features)
+        quiet.set_weights(layer.get_weights())
+        # Deterministic outside training: the outputs without noise.
+        for name, value in _numpy(layer(features)).items():
+            np.testing.assert_array_equal(value, first[name])
+        for name, value in _numpy(quiet(features)).items():
+            np.testing.assert_array_equal(value, first[name])
+        # In training, drawn anew at every call.
+        noisy = _numpy(layer(features, training=True))
+        again = _numpy(layer(features, training=True))
+        self.assertFalse(np.allclose(noisy["presence"], first["presence"]))
+        self.assertFalse(np.allclose(noisy["presence"], again["presence"]))
+        # The official evaluation: the same noise at every call.
+        evaluation = ObjectCapsuleDecoder(num_parts=5, inference_noise_seed=2)
+        evaluation(features)
+        evaluation.set_weights(layer.get_weights())
+        a = _numpy(evaluation(features))
+        b = _numpy(evaluation(features))
+        np.testing.assert_array_equal(a["vote_presence"], b["vote_presence"])
+        self.assertFalse(np.allclose(a["presence"], first["presence"]))
+
     def test_config_round_trip(self):
         layer = ObjectCapsuleDecoder(
-            num_parts=7, num_params=5, hidden_dim=9, similarity=True, seed=2
+            num_parts=7,
+            num_params=5,
+            hidden_dim=9,
+            similarity=True,
+            inference_noise_seed=3,
+            seed=2,
         )
         clone = ObjectCapsuleDecoder.from_config(layer.get_config())
         self.assertEqual(clone.get_config(), layer.get_config())
