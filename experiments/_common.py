@@ -207,19 +207,27 @@ def run_callbacks(args, data, *callbacks):
 
 
 # The names of `small_model` and `paper_model`.
-MODEL_FAMILIES = ("capsnet", "efficient_capsnet", "matrix_capsnet")
+MODEL_FAMILIES = (
+    "capsnet",
+    "efficient_capsnet",
+    "matrix_capsnet",
+    "stacked_capsule_autoencoder",
+)
 
 
 def small_model(name):
     """The smallest network of a model family, uncompiled, for 28x28
     MNIST digits: CapsNet with 16 filters and 4 capsules of 4 dimensions
     and two routing iterations, EfficientCapsNet's MNIST network (160K
-    parameters), and MatrixCapsNet's `tiny` preset with one iteration.
+    parameters), MatrixCapsNet's `tiny` preset with one iteration, and a
+    Stacked Capsule Autoencoder of 4 parts with 5x5 templates and 3 object
+    capsules of 8 dimensions (seed 0, its training noise included).
 
     For checks and smoke runs: each step takes a fraction of a second on a
     CPU, and all of them still route (CapsNet by agreement over 144
     primary capsules, EfficientCapsNet by self-attention, MatrixCapsNet by
-    EM in three layers)."""
+    EM in three layers, the autoencoder's object capsules by a Set
+    Transformer over its parts)."""
     models = keras_capsules.models
     if name == "capsnet":
         return models.CapsNet(
@@ -241,6 +249,17 @@ def small_model(name):
             num_classes=mnist.NUM_CLASSES,
             routing_iterations=1,
         )
+    if name == "stacked_capsule_autoencoder":
+        return models.StackedCapsuleAutoencoder(
+            image_shape=mnist.IMAGE_SHAPE,
+            num_classes=mnist.NUM_CLASSES,
+            num_parts=4,
+            num_object_capsules=3,
+            template_size=(5, 5),
+            num_part_features=2,
+            object_capsule_dim=8,
+            seed=0,
+        )
     raise ValueError(
         f"Expected a model among {MODEL_FAMILIES}. Received: name={name!r}"
     )
@@ -249,7 +268,9 @@ def small_model(name):
 def paper_model(name):
     """The paper's network of a model family, uncompiled, for 28x28 MNIST
     digits: CapsNet's 8.2M parameters, EfficientCapsNet's MNIST network
-    and MatrixCapsNet's A=B=C=D=32."""
+    and MatrixCapsNet's A=B=C=D=32; the Stacked Capsule Autoencoder's is
+    the official MNIST network (`"scae_mnist"`), for digits on 40x40
+    canvases."""
     models = keras_capsules.models
     if name == "capsnet":
         return models.CapsNet(
@@ -263,6 +284,8 @@ def paper_model(name):
             image_shape=mnist.IMAGE_SHAPE,
             num_classes=mnist.NUM_CLASSES,
         )
+    if name == "stacked_capsule_autoencoder":
+        return models.StackedCapsuleAutoencoder.from_preset("scae_mnist")
     raise ValueError(
         f"Expected a model among {MODEL_FAMILIES}. Received: name={name!r}"
     )

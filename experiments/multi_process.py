@@ -11,12 +11,17 @@ PyTorch (docs/data_parallel.md).
 Every process builds the same network from the same seed, takes its share
 of every global batch of one seeded stream (`mnist.ShiftedDigits(...,
 num_processes=, process_id=)` on the MNIST sample that ships with the
-package), and trains with `keras.distribution.DataParallel(
-auto_shard_dataset=False)`: JAX assembles the global batch from the
-processes' shares, and the gradients are all-reduced, so one step of N
-processes is one step on the global batch. `--models` trains the smallest
-network of each family named (`_common.small_model`), or the paper's with
-`--architecture paper`.
+package; for the Stacked Capsule Autoencoder `mnist.PaddedDigits` on the
+model's canvas, with integer labels for its probes), and trains with
+`keras.distribution.DataParallel(auto_shard_dataset=False)`: JAX
+assembles the global batch from the processes' shares, and the gradients
+are all-reduced, so one step of N processes is one step on the global
+batch (and the autoencoder's loss, whose sparsity terms are taken over
+the batch, and its presence noise are those of the global batch).
+`--models` trains the smallest network of each family named
+(`_common.small_model`: `capsnet`, `efficient_capsnet`, `matrix_capsnet`,
+`stacked_capsule_autoencoder`), or the paper's with `--architecture
+paper`.
 
 Each process writes `process_<id>.npz` to `--output-dir` (per model: the
 initial and final weights and the losses); process 0 alone also writes
@@ -86,7 +91,8 @@ def parse_args(argv=None):
         default="small",
         help="The smallest network of each family (_common.small_model), "
         "or the paper's (CapsNet's 8.2M parameters, EfficientCapsNet's "
-        "MNIST network, MatrixCapsNet's A=B=C=D=32).",
+        "MNIST network, MatrixCapsNet's A=B=C=D=32, the Stacked Capsule "
+        "Autoencoder's official MNIST network on 40x40 canvases).",
     )
     parser.add_argument(
         "--processes",
@@ -126,8 +132,9 @@ def parse_args(argv=None):
         type=float,
         default=None,
         help="Train with plain SGD at this rate instead of the model's "
-        "compile() defaults (Adam): the update is then linear in the "
-        "gradient, for comparisons with one process.",
+        "compile() defaults (Adam; the autoencoder's RMSprop): the update "
+        "is then linear in the gradient, for comparisons with one process "
+        "(the autoencoder's loss, summed over pixels, takes about 1e-3).",
     )
     parser.add_argument(
         "--backup-dir",
@@ -253,11 +260,23 @@ def process_layout():
     )
 
 
-def training_data(args, num_processes, process_id):
-    """This process's share of `--steps` global batches of shifted digits
-    from the embedded sample, reshuffled every epoch."""
+def training_data(model, args, num_processes, process_id):
+    """This process's share of `--steps` global batches from the embedded
+    sample, reshuffled every epoch, for `model`: shifted digits and one-hot
+    labels, or for a Stacked Capsule Autoencoder digits placed on its
+    canvas and integer labels."""
     x, y = mnist.load_sample("train")
     size = args.steps * args.batch_size
+    if isinstance(model, keras_capsules.models.StackedCapsuleAutoencoder):
+        return mnist.PaddedDigits(
+            x[:size],
+            np.argmax(y[:size], axis=-1),
+            canvas_size=model.image_shape[0],
+            batch_size=args.batch_size,
+            seed=args.seed,
+            num_processes=num_processes,
+            process_id=process_id,
+        )
     return mnist.ShiftedDigits(
         x[:size],
         y[:size],
@@ -313,7 +332,7 @@ def train(name, args, num_processes, process_id, weights=None):
     if weights is not None:
         model.set_weights(weights)
     initial = [np.asarray(w) for w in model.get_weights()]
-    data = training_data(args, num_processes, process_id)
+    data = training_data(model, args, num_processes, process_id)
     times = StepTimes()
     callbacks = [times, keras_capsules.callbacks.DatasetEpoch(data)]
     if args.backup_dir:
