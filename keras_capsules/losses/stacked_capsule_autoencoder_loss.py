@@ -244,15 +244,14 @@ class StackedCapsuleAutoencoderLoss(keras.losses.Loss):
     Example:
 
     >>> import keras_capsules
-    >>> model = keras_capsules.models.StackedCapsuleAutoencoder(
-    ...     image_shape=(28, 28, 1), num_parts=8, num_object_capsules=4,
-    ...     object_capsule_dim=16,
+    >>> loss = keras_capsules.losses.StackedCapsuleAutoencoderLoss(
+    ...     dynamic_l2_weight=5.0
     ... )
-    >>> model.compile(
-    ...     loss=keras_capsules.losses.StackedCapsuleAutoencoderLoss(
-    ...         dynamic_l2_weight=5.0
-    ...     )
-    ... )
+    >>> loss.get_config()["dynamic_l2_weight"]
+    5.0
+
+    `model.compile(loss=loss)` trains a `StackedCapsuleAutoencoder` with
+    it.
     """
 
     def __init__(

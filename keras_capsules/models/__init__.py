@@ -29,7 +29,8 @@ def from_preset(preset, load_weights=True, **kwargs):
             and starts the others afresh, as `CapsNet.from_preset` says.
 
     Returns:
-        An uncompiled `CapsNet`, `EfficientCapsNet` or `MatrixCapsNet`.
+        An uncompiled `CapsNet`, `EfficientCapsNet`, `MatrixCapsNet` or
+        `StackedCapsuleAutoencoder`.
 
     Raises:
         ValueError: If `preset` is neither a shipped preset's name nor a

@@ -1,6 +1,6 @@
-"""The model base of `CapsNet`, `EfficientCapsNet` and `MatrixCapsNet`:
-`compile()` with `"auto"` defaults, its restoring from a `.keras` file, and
-presets."""
+"""The model base of `CapsNet`, `EfficientCapsNet`, `MatrixCapsNet` and
+`StackedCapsuleAutoencoder`: `compile()` with `"auto"` defaults, its
+restoring from a `.keras` file, and presets."""
 
 import types
 
@@ -70,20 +70,17 @@ def _list_presets(cls):
     )
 
 
-class ModelConventions:
-    """What every model of the package shares, functional or not: presets
+class CapsuleModel(keras.Model):
+    """The functional model base of every model of the package: presets
     (`presets`, `from_preset`, `save_to_preset`), `compile()` with
-    `"auto"` defaults and its restoring from a `.keras` file, and
-    `from_config`.
+    `"auto"` defaults and its restoring from a `.keras` file, the image
+    rules in `call`, and `from_config`.
 
-    A mixin before `keras.Model` in the bases. Subclasses name their
-    architectures in the class statement (`class M(..., architectures={name:
+    Subclasses build their graph in `__init__`, name their architectures
+    in the class statement (`class M(CapsuleModel, architectures={name:
     {"description": ..., "config": {argument: value}}})`) and implement
     `default_optimizer(total_steps=None)` and `default_loss()`;
     `default_metrics()` is the accuracy of the argmax unless overridden.
-    (Not part of `CapsuleModel` itself: Keras swaps `Model` for
-    `Functional` in the bases of a functional model's classes, which
-    would make any subclass functional too.)
     """
 
     _architectures = types.MappingProxyType({})
@@ -265,14 +262,6 @@ class ModelConventions:
     @classmethod
     def from_config(cls, config):
         return cls(**config)
-
-
-class CapsuleModel(ModelConventions, keras.Model):
-    """A functional model with `compile()` defaults and presets.
-
-    Subclasses build their graph in `__init__` and follow
-    `ModelConventions`.
-    """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

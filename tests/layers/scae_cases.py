@@ -1,6 +1,8 @@
 """Shapes and inputs shared by the tests of the Stacked Capsule
 Autoencoder layers, and the official MNIST variable shapes."""
 
+import math
+
 import numpy as np
 
 # The trainable variables of the official MNIST configuration, as
@@ -82,6 +84,31 @@ SMALL_MODEL = dict(
     object_capsule_dim=8,
     seed=0,
 )
+
+
+# The standard deviation of a unit normal truncated at two: that of
+# `initializers.FanInTruncatedNormal` (Sonnet's default) times sqrt(fan_in).
+TRUNCATED_STD = 0.87962566103423978
+
+
+def official_fan_ins():
+    """`(shape, fan-in)` of every kernel of the official MNIST model, from
+    docs/design/scae_official_variables.md: Sonnet's `Linear` and `Conv2D`
+    take all axes but the last; the object decoder's `BatchLinear` kernels
+    `(1, capsules, inputs, units)` take `inputs`."""
+    found = []
+    for module, shapes in OFFICIAL_SHAPES.items():
+        if module == "object_decoder":
+            # The kernels of the two BatchMLPs; the others are biases,
+            # the static relations and `dummy_vote`.
+            found += [(shapes[i][1:], shapes[i][-2]) for i in (0, 2, 4, 6)]
+            continue
+        found += [
+            (shape, math.prod(shape[:-1]))
+            for shape in shapes
+            if len(shape) == 2 or len(shape) == 4
+        ]
+    return found
 
 
 def official_count(module):

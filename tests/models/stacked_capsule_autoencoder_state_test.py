@@ -5,7 +5,6 @@ eager run of the same steps, and across `keras.callbacks.BackupAndRestore`.
 
 import keras
 import numpy as np
-from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.models import StackedCapsuleAutoencoder
@@ -52,6 +51,22 @@ class _StopAtEpoch(keras.callbacks.Callback):
             raise RuntimeError("interrupted")
 
 
+def _fit(model, **kwargs):
+    x, y = _data()
+    return model.fit(
+        x, y, batch_size=4, epochs=2, shuffle=False, verbose=0, **kwargs
+    ).history
+
+
+def _twin(model, noise_scale=4.0):
+    """A model of the same weights and noise generator states."""
+    twin = _model(noise_scale)
+    twin.set_weights(model.get_weights())
+    for state, name in zip(_seed_states(model), _NOISY):
+        twin.get_layer(name).seed_generator.state.assign(state)
+    return twin
+
+
 class TrainingStateTest(TestCase):
     def assertSameState(self, a, b):
         # Float32 rounding: the official RMSprop moves a weight by about
@@ -60,67 +75,64 @@ class TrainingStateTest(TestCase):
             for x, y in zip(group_a, group_b, strict=True):
                 self.assertAllClose(x, y, atol=1e-6, rtol=1e-5)
 
-    @parameterized.named_parameters(
-        ("noise", 4.0, False), ("no_noise_xla", 0.0, True)
-    )
-    def test_compiled_fit_equals_an_eager_run_of_the_same_steps(
-        self, noise_scale, xla
-    ):
-        # TensorFlow draws other random numbers under XLA than eagerly: its
-        # noisy run compiles without XLA, and a noise-free run checks the
-        # XLA step. JAX and PyTorch compile as `compile()` does, noise on.
-        tensorflow = keras.backend.backend() == "tensorflow"
-        if xla and not tensorflow:
-            self.skipTest("the noisy run compiles as compile() does here")
-        jit_compile = "auto" if xla or not tensorflow else False
-        x, y = _data()
-        compiled, eager = _model(noise_scale), _model(noise_scale)
-        eager.set_weights(compiled.get_weights())
-        initial = _seed_states(compiled)
-        for state, name in zip(initial, _NOISY):
-            eager.get_layer(name).seed_generator.state.assign(state)
-        compiled.compile(jit_compile=jit_compile)
-        eager.compile(run_eagerly=True)
-        fits = [
-            model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
-            for model in (compiled, eager)
-        ]
-        # The generators advanced (when there is noise), alike.
-        for before, after in zip(initial, _seed_states(compiled)):
-            self.assertEqual(np.array_equal(before, after), not noise_scale)
+    def assertSameRun(self, compiled, eager, histories):
+        """The same generator states, logs, weights and optimizer state."""
         for a, b in zip(_seed_states(compiled), _seed_states(eager)):
             np.testing.assert_array_equal(a, b)
-        # Loss, every tracked term and the probes' metrics.
-        self.assertEqual(set(fits[0].history), set(fits[1].history))
-        for name, values in fits[0].history.items():
+        self.assertEqual(set(histories[0]), set(histories[1]))
+        for name, values in histories[0].items():
             self.assertAllClose(
-                values, fits[1].history[name], atol=1e-3, rtol=1e-4, msg=name
+                values, histories[1][name], atol=1e-3, rtol=1e-4, msg=name
             )
-        # Weights (the probes' too) and the optimizer's state.
         self.assertSameState(_state(compiled), _state(eager))
 
-    def test_backup_and_restore_resumes_the_noise_and_the_optimizer(self):
-        x, y = _data()
+    def test_state_in_a_compiled_fit_and_across_backup_and_restore(self):
+        # Two epochs of two steps with `compile()`'s defaults (XLA on
+        # TensorFlow and JAX), the noise on, labels for the probes.
         directory = self.get_temp_dir()
-        fit = dict(batch_size=4, epochs=2, shuffle=False, verbose=0)
         keras.utils.set_random_seed(5)
-        uninterrupted = _model()
-        uninterrupted.compile()
-        uninterrupted.fit(x, y, **fit)
-        expected = _state(uninterrupted)
+        reference = _model()
+        initial = _seed_states(reference)
+        eager = _twin(reference)
+        reference.compile()
+        history = _fit(reference)
+        # The generators advanced.
+        for before, after in zip(initial, _seed_states(reference)):
+            self.assertFalse(np.array_equal(before, after))
 
+        # Interrupted after its first epoch, then resumed in a new
+        # process (the same network, its generators where they started):
+        # the state of the uninterrupted run.
         keras.utils.set_random_seed(5)
         interrupted = _model()
         interrupted.compile()
         backup = keras.callbacks.BackupAndRestore(directory)
         with self.assertRaisesRegex(RuntimeError, "interrupted"):
-            interrupted.fit(x, y, callbacks=[backup, _StopAtEpoch(1)], **fit)
-        # A new process: the same network, its generators where they
-        # started.
+            _fit(interrupted, callbacks=[backup, _StopAtEpoch(1)])
         keras.utils.set_random_seed(5)
         resumed = _model()
         resumed.compile()
         backup = keras.callbacks.BackupAndRestore(directory)
-        history = resumed.fit(x, y, callbacks=[backup], **fit)
-        self.assertLen(history.history["loss"], 1)
-        self.assertSameState(_state(resumed), expected)
+        self.assertLen(_fit(resumed, callbacks=[backup])["loss"], 1)
+        self.assertSameState(_state(resumed), _state(reference))
+
+        # The same steps run eagerly. TensorFlow draws other random numbers
+        # under XLA than eagerly: there the eager run is compared with a
+        # compiled run without XLA (and `test_xla_step_equals_an_eager_run`
+        # checks the XLA step without noise).
+        compiled = reference
+        if keras.backend.backend() == "tensorflow":
+            compiled = _twin(eager)
+            compiled.compile(jit_compile=False)
+            history = _fit(compiled)
+        eager.compile(run_eagerly=True)
+        self.assertSameRun(compiled, eager, [history, _fit(eager)])
+
+    def test_xla_step_equals_an_eager_run(self):
+        if keras.backend.backend() != "tensorflow":
+            self.skipTest("JAX's compiled run is checked with its noise on")
+        compiled = _model(noise_scale=0.0)
+        eager = _twin(compiled, noise_scale=0.0)
+        compiled.compile()
+        eager.compile(run_eagerly=True)
+        self.assertSameRun(compiled, eager, [_fit(compiled), _fit(eager)])
