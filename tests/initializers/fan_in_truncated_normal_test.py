@@ -19,7 +19,10 @@ class FanInTruncatedNormalTest(TestCase):
             values = ops.convert_to_numpy(initializer(shape))
             self.assertEqual(values.shape, shape)
             std = 1 / math.sqrt(fan_in)
-            self.assertLessEqual(np.abs(values).max(), 2 * std)
+            # Truncated at two standard deviations (Keras's PyTorch draw
+            # keeps one of four normals inside, so about 4e-6 of its values
+            # lie beyond).
+            self.assertLess(np.mean(np.abs(values) > 2 * std), 1e-4)
             self.assertAllClose(
                 values.std(), scae_cases.TRUNCATED_STD * std, rtol=0.02
             )

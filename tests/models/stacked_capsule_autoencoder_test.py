@@ -94,7 +94,12 @@ class StackedCapsuleAutoencoderTest(TestCase):
             drawn.append((shape, fan_in))
             values = ops.convert_to_numpy(weight)
             std = 1 / math.sqrt(fan_in)
-            self.assertLessEqual(np.abs(values).max(), 2 * std, weight.path)
+            # Truncated at two standard deviations (Keras's PyTorch draw
+            # keeps one of four normals inside, so about 4e-6 of its values
+            # lie beyond).
+            self.assertLess(
+                np.mean(np.abs(values) > 2 * std), 1e-4, weight.path
+            )
             self.assertAllClose(
                 values.std(),
                 scae_cases.TRUNCATED_STD * std,
