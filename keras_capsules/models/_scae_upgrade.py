@@ -1,11 +1,11 @@
-"""Configs of `StackedCapsuleAutoencoder` saved before 1.0, in today's
-names."""
+"""Configs of `StackedCapsuleAutoencoder` saved before its release, in
+today's names."""
 
 from keras_capsules.losses.stacked_capsule_autoencoder_loss import (
     DEFAULT_WEIGHTS,
 )
 
-# Arguments of the model before 1.0, and what they became.
+# Arguments of the model before its release, and what they became.
 _RENAMED = {
     "num_objects": "num_object_capsules",
     "object_dim": "object_capsule_dim",
@@ -18,7 +18,7 @@ _MOVED_TO_LOSS = tuple(DEFAULT_WEIGHTS) + ("prior_within_example_constant",)
 
 
 def upgrade_config(config):
-    """A config saved before 1.0 in today's names (see CHANGELOG.md).
+    """A config saved before the release in today's names (CHANGELOG.md).
 
     Raises:
         ValueError: If it sets a loss weight away from its default: the

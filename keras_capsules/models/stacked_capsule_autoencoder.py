@@ -353,8 +353,8 @@ class StackedCapsuleAutoencoder(CapsuleModel, architectures=_ARCHITECTURES):
         )
 
     def compile_from_config(self, config):
-        # A model saved before 1.0 compiled with `loss=None`: its loss was
-        # the official one.
+        # A model saved before the release was compiled with `loss=None`:
+        # its loss was the official one.
         if config.get("loss") is None:
             config = {**config, "loss": "auto"}
         super().compile_from_config(config)
