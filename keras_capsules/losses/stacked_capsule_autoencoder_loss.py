@@ -18,6 +18,22 @@ DEFAULT_WEIGHTS = {
     "posterior_within_sparsity_weight": 0.7,
     "posterior_between_sparsity_weight": 0.2,
 }
+# The names of the terms `terms` returns: always, and with labels.
+TERMS = (
+    "image_log_likelihood",
+    "part_log_likelihood",
+    "dynamic_l2",
+    "prior_within_sparsity",
+    "prior_between_sparsity",
+    "posterior_within_sparsity",
+    "posterior_between_sparsity",
+)
+PROBE_TERMS = (
+    "prior_probe_loss",
+    "posterior_probe_loss",
+    "prior_probe_accuracy",
+    "posterior_probe_accuracy",
+)
 # The outputs of `StackedCapsuleAutoencoder` the loss reads.
 _NEEDED = (
     "image_log_likelihood",
@@ -182,15 +198,20 @@ def stacked_capsule_autoencoder_loss(
         + weights["posterior_within_sparsity_weight"] * posterior_within
         - weights["posterior_between_sparsity_weight"] * posterior_between
     )
-    terms = {
-        "image_log_likelihood": image_ll,
-        "part_log_likelihood": part_ll,
-        "dynamic_l2": dynamic_l2,
-        "prior_within_sparsity": prior_within,
-        "prior_between_sparsity": prior_between,
-        "posterior_within_sparsity": posterior_within,
-        "posterior_between_sparsity": posterior_between,
-    }
+    terms = dict(
+        zip(
+            TERMS,
+            (
+                image_ll,
+                part_ll,
+                dynamic_l2,
+                prior_within,
+                prior_between,
+                posterior_within,
+                posterior_between,
+            ),
+        )
+    )
     if labels is not None:
         labels = _class_indices(labels, num_classes)
         for kind in ("prior", "posterior"):

@@ -15,6 +15,8 @@ from keras_capsules.layers.object_capsule_decoder import ObjectCapsuleDecoder
 from keras_capsules.layers.part_capsule_encoder import PartCapsuleEncoder
 from keras_capsules.layers.set_transformer import SetTransformer
 from keras_capsules.layers.template_decoder import TemplateDecoder
+from keras_capsules.losses.stacked_capsule_autoencoder_loss import PROBE_TERMS
+from keras_capsules.losses.stacked_capsule_autoencoder_loss import TERMS
 from keras_capsules.losses.stacked_capsule_autoencoder_loss import (
     StackedCapsuleAutoencoderLoss,
 )
@@ -36,21 +38,6 @@ _ARCHITECTURES = {
 # The official run_mnist.sh: learning rate 3e-5, constant (the flag that
 # asks for a schedule has no effect), batch 128.
 _OFFICIAL_BATCH_SIZE = 128
-# The values the model logs beside the loss, as the loss's `terms` names
-# them.
-_TERMS = (
-    "image_log_likelihood",
-    "part_log_likelihood",
-    "dynamic_l2",
-    "prior_within_sparsity",
-    "prior_between_sparsity",
-    "posterior_within_sparsity",
-    "posterior_between_sparsity",
-    "prior_probe_loss",
-    "posterior_probe_loss",
-    "prior_probe_accuracy",
-    "posterior_probe_accuracy",
-)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -231,7 +218,7 @@ class StackedCapsuleAutoencoder(CapsuleModel, architectures=_ARCHITECTURES):
         self.prior_probe = prior_probe
         self.posterior_probe = posterior_probe
         self.term_trackers = {
-            name: keras.metrics.Mean(name=name) for name in _TERMS
+            name: keras.metrics.Mean(name=name) for name in TERMS + PROBE_TERMS
         }
 
         # === Config ===
@@ -389,13 +376,11 @@ class StackedCapsuleAutoencoder(CapsuleModel, architectures=_ARCHITECTURES):
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         logs = super().compute_metrics(x, y, y_pred, sample_weight)
-        # Only the values this step computed: the probes' need labels, the
-        # loss's terms a `StackedCapsuleAutoencoderLoss`.
-        logged = set()
+        # Only the values this step computed: the loss's terms need a
+        # `StackedCapsuleAutoencoderLoss`, the probes' labels too.
+        logged = ()
         if isinstance(self.loss, StackedCapsuleAutoencoderLoss):
-            logged = {name for name in _TERMS if "probe" not in name}
-            if y is not None:
-                logged = set(_TERMS)
+            logged = TERMS + (PROBE_TERMS if y is not None else ())
         return {
             name: value
             for name, value in logs.items()

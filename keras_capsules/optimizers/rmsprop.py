@@ -68,29 +68,19 @@ class RMSprop(keras.optimizers.RMSprop):
             check_non_negative_number(initial_velocity, "initial_velocity")
         )
 
-    def build(self, var_list):
-        if self.built:
-            return
-        # Keras's RMSprop builds its slots with `add_optimizer_variables`,
-        # which starts them at zero; its own build is replaced here so that
-        # the velocities are created holding their initial value. An
+    def add_optimizer_variables(
+        self, trainable_variables, name, initializer="zeros"
+    ):
+        # Keras's RMSprop creates its slots here, the velocities as
+        # "velocity": they are created holding their initial value. An
         # assignment after creation would be lost where Keras builds the
         # optimizer inside a traced train function (TensorFlow keeps the
         # variables created in a trace with their initializers).
-        super(keras.optimizers.RMSprop, self).build(var_list)
-        self._velocities = self.add_optimizer_variables(
-            var_list,
-            "velocity",
-            initializer=keras.initializers.Constant(self.initial_velocity),
+        if name == "velocity":
+            initializer = keras.initializers.Constant(self.initial_velocity)
+        return super().add_optimizer_variables(
+            trainable_variables, name, initializer=initializer
         )
-        self._momentums = []
-        if self.momentum > 0:
-            self._momentums = self.add_optimizer_variables(var_list, "momentum")
-        self._average_gradients = []
-        if self.centered:
-            self._average_gradients = self.add_optimizer_variables(
-                var_list, "average_gradient"
-            )
 
     def get_config(self):
         config = super().get_config()
