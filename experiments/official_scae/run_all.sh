@@ -10,6 +10,10 @@
 #   pip install tensorflow==1.15.0 dm-sonnet==1.35 \
 #       tensorflow-probability==0.8.0 monty
 #   bash experiments/official_scae/run_all.sh
+#
+# Gradient and optimizer-step parity of the whole MNIST model (ours on JAX
+# and TensorFlow vs the official code): parity_export.py,
+# parity_official.py and parity_compare.py, run as README.md says.
 set -e
 cd "$(dirname "$0")"
 export PYTHONPATH="${OFFICIAL_SCAE_PARENT:-/tmp/scae_official}"
