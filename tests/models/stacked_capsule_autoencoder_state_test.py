@@ -1,6 +1,7 @@
 """The Stacked Capsule Autoencoder's training state inside a compiled `fit`:
 its noise generators, optimizer, loss trackers and probes, against an
-eager run of the same steps, and across `keras.callbacks.BackupAndRestore`.
+eager run of the same steps (on TensorFlow and PyTorch), and across
+`keras.callbacks.BackupAndRestore` (on every backend).
 """
 
 import keras
