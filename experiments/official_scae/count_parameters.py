@@ -1,35 +1,12 @@
 """Count trainable params of the official SCAE MNIST config (graph build only)."""
 
 import collections
-import sys
-import types
 
+from official_setup import RUN_MNIST
+from official_setup import stub_unused_imports
 
-# capsules/data/image.py and capsules/plot.py import matplotlib / sklearn at module
-# level (and capsules/eval.py imports scipy.optimize / sklearn.cluster for the
-# constellation bipartite-match eval), but they are only used inside plotting functions (make_plot), which this
-# script never calls. The venv lacks them, so stub them if absent (no graph effect).
-def _stub(name, **attrs):
-    try:
-        __import__(name)
-    except ImportError:
-        m = types.ModuleType(name)
-        m.__dict__.update(attrs)
-        sys.modules[name] = m
-        parent, _, child = name.rpartition(".")
-        if parent:
-            setattr(sys.modules[parent], child, m)
-
-
-_stub("matplotlib")
-_stub("matplotlib.pyplot")
-_stub("sklearn")
-_stub("sklearn.manifold", TSNE=None)
-_stub("sklearn.cluster")
-_stub("scipy")
-_stub("scipy.optimize", linear_sum_assignment=None)
-_stub("PIL")
-_stub("PIL.Image")  # capsules/train/hooks.py (image summaries only)
+# Imports of the official modules that the graph never uses.
+stub_unused_imports()
 
 from absl import flags
 from absl import logging
@@ -45,27 +22,7 @@ flags.DEFINE_string("dataset", "mnist", "")
 flags.DEFINE_string("model", "scae", "")
 flags.DEFINE_string("name", None, "")
 
-ARGV = [
-    "count.py",
-    "--name=mnist",
-    "--model=scae",
-    "--dataset=mnist",
-    "--batch_size=128",
-    "--lr=3e-5",
-    "--use_lr_schedule=True",
-    "--canvas_size=40",
-    "--n_part_caps=40",
-    "--n_obj_caps=32",
-    "--colorize_templates=True",
-    "--use_alpha_channel=True",
-    "--posterior_between_example_sparsity_weight=0.2",
-    "--posterior_within_example_sparsity_weight=0.7",
-    "--prior_between_example_sparsity_weight=0.35",
-    "--prior_within_example_constant=4.3",  # undefined flag -> dropped by known_only
-    "--prior_within_example_sparsity_weight=2.",
-    "--color_nonlin=sigmoid",
-    "--template_nonlin=sigmoid",
-]
+ARGV = ["count.py"] + RUN_MNIST
 
 FLAGS = flags.FLAGS
 unparsed = FLAGS(ARGV, known_only=True)

@@ -22,7 +22,6 @@ import argparse
 import os
 import sys
 import time
-import types
 
 import numpy as np
 
@@ -30,34 +29,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, os.environ.get("OFFICIAL_SCAE_PARENT", "/tmp/scae_official"))
 
+from official_setup import RUN_MNIST  # noqa: E402
+from official_setup import stub_unused_imports  # noqa: E402
 
-def _stub_missing(name, **attrs):
-    """An empty module for an import (plotting, clustering, data sets)
-    that the graph never uses."""
-    try:
-        __import__(name)
-    except ImportError:
-        module = types.ModuleType(name)
-        module.__dict__.update(attrs)
-        sys.modules[name] = module
-        parent, _, child = name.rpartition(".")
-        if parent:
-            setattr(sys.modules[parent], child, module)
-
-
-for _name, _attrs in [
-    ("matplotlib", {}),
-    ("matplotlib.pyplot", {}),
-    ("sklearn", {}),
-    ("sklearn.manifold", {"TSNE": None}),
-    ("sklearn.cluster", {}),
-    ("scipy", {}),
-    ("scipy.optimize", {"linear_sum_assignment": None}),
-    ("PIL", {}),
-    ("PIL.Image", {}),
-    ("tensorflow_datasets", {}),
-]:
-    _stub_missing(_name, **_attrs)
+stub_unused_imports()
 
 import tensorflow as tf  # noqa: E402
 from absl import flags  # noqa: E402
@@ -72,27 +47,6 @@ flags.DEFINE_string("name", None, "")
 flags.DEFINE_float("grad_value_clip", 0.0, "")
 flags.DEFINE_float("grad_norm_clip", 0.0, "")
 
-# run_mnist.sh (the undefined --prior_within_example_constant is dropped).
-RUN_MNIST = [
-    "--name=mnist",
-    "--model=scae",
-    "--dataset=mnist",
-    "--batch_size=128",
-    "--lr=3e-5",
-    "--use_lr_schedule=True",
-    "--canvas_size=40",
-    "--n_part_caps=40",
-    "--n_obj_caps=32",
-    "--colorize_templates=True",
-    "--use_alpha_channel=True",
-    "--posterior_between_example_sparsity_weight=0.2",
-    "--posterior_within_example_sparsity_weight=0.7",
-    "--prior_between_example_sparsity_weight=0.35",
-    "--prior_within_example_constant=4.3",
-    "--prior_within_example_sparsity_weight=2.",
-    "--color_nonlin=sigmoid",
-    "--template_nonlin=sigmoid",
-]
 
 # Layout changes from ours to the official variable.
 SAME = "same"
