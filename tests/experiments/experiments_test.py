@@ -269,7 +269,9 @@ class ExperimentSmokeTest(TestCase):
                 "multi_mnist.py",
                 "multi_process.py",
                 "preset_figures.py",
+                "quickstart_schedules.py",
                 "raw_pixels.py",
+                "scae_variants.py",
                 "viewpoints_mnist.py",
             ],
         )
