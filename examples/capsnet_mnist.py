@@ -2,13 +2,15 @@
 
 Trains the three-layer CapsNet of Sabour, Frosst & Hinton, "Dynamic Routing
 Between Capsules" (NeurIPS 2017, https://arxiv.org/abs/1710.09829) with the
-model's own `compile()` defaults, the paper's settings: the margin loss plus
-0.0005 x the reconstruction loss, Adam at 1e-3 decayed by 0.96 every 2,000
-steps, 3 routing iterations; digits shifted by up to 2 pixels. A twelfth of
-the training split is held out to validate each epoch; the test split is
-scored once, at the end. The network is saved as a preset (config, weights,
-and metadata with the test accuracy and this command), loaded back with
-`from_preset` and checked to predict the same.
+model's own `compile()` defaults: the paper's margin loss plus 0.0005 x the
+reconstruction loss and 3 routing iterations, and Adam at the paper's 1e-3,
+held for the first 80 % of the run and decayed to zero by a cosine over the
+last 20 % (`compile(total_steps=...)`); digits shifted by up to 2 pixels
+(the paper's augmentation). A twelfth of the training split is held out to
+validate each epoch; the test split is scored once, at the end. The network
+is saved as a preset (config, weights, and metadata with the test accuracy
+and this command), loaded back with `from_preset` and checked to predict
+the same.
 
 Without `--data-dir` it trains on the 5,000-image MNIST sample that ships with
 the package (offline, as NumPy arrays) and tests on its 1,000 test images: two
@@ -74,8 +76,8 @@ x_train, y_train = x_train[:-num_validation], y_train[:-num_validation]
 
 `CapsNet` maps images to the length of each class capsule, a score in
 `[0, 1)`; its decoder and reconstruction loss are part of the model.
-`compile()` supplies the paper's loss and optimizer; the schedule needs no
-run length, and `total_steps` is given as in every recipe.
+`compile()` supplies the paper's loss and Adam; `total_steps` sizes its
+learning-rate schedule to the run.
 """
 
 model = keras_capsules.models.CapsNet(image_shape=(28, 28, 1), num_classes=10)

@@ -5,7 +5,8 @@ last twelfth of the MNIST training split is held out to validate each
 epoch, the rest is shifted by up to 2 pixels
 (`keras_capsules.datasets.mnist.ShiftedDigits`), and the model's own
 `compile(total_steps=...)` gives the schedule over the new run (for CapsNet,
-Adam at 1e-3 decayed to zero by a cosine; a fresh optimizer state). The
+Adam at 1e-3 held for 80 % of the run, then a cosine to zero; a fresh
+optimizer state). The
 test split is scored once, at the end, and the network is saved as a
 preset whose metadata records both runs: the one that trained the starting
 preset and this one.

@@ -20,10 +20,13 @@ def is_auto(value):
     return isinstance(value, str) and value == "auto"
 
 
-def length_aware_rate(total_steps, start, decay_start, decay_rate, decay_steps):
-    """The learning rate of a default optimizer: `start` decayed to zero by
-    a cosine over `total_steps`, or without a length (`None`) `decay_start`
-    multiplied by `decay_rate` every `decay_steps`, continuously.
+def length_aware_rate(
+    total_steps, start, decay_start, decay_rate, decay_steps, hold=0.0
+):
+    """The learning rate of a default optimizer: `start` held for the first
+    `hold` fraction of `total_steps`, then decayed to zero by a cosine over
+    the rest; or without a length (`None`) `decay_start` multiplied by
+    `decay_rate` every `decay_steps`, continuously.
 
     Raises:
         ValueError: If `total_steps` is neither `None` nor a positive int.
@@ -36,7 +39,17 @@ def length_aware_rate(total_steps, start, decay_start, decay_rate, decay_steps):
         return schedules.ExponentialDecay(
             decay_start, decay_steps=decay_steps, decay_rate=decay_rate
         )
-    return schedules.CosineDecay(start, total_steps)
+    if not hold:
+        return schedules.CosineDecay(start, total_steps)
+    # A warm-up from `start` to `start` holds the rate; one step at least
+    # is left to the cosine.
+    held = min(round(hold * total_steps), total_steps - 1)
+    return schedules.CosineDecay(
+        start,
+        total_steps - held,
+        warmup_target=start,
+        warmup_steps=held,
+    )
 
 
 class _ClassProperty:

@@ -19,6 +19,11 @@ from keras_capsules.models._decoders import dense_decoder
 from keras_capsules.models._images import mask_non_finite
 from keras_capsules.models._images import standardize as standardize_images
 
+# The fraction of a run of known length that `compile(total_steps=N)` keeps
+# Adam at 1e-3 before its cosine to zero (docs/design/
+# default_training_settings.md: chosen on the quickstart's validation split).
+_HELD_FRACTION = 0.8
+
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class CapsNet(CapsuleClassifier):
@@ -255,10 +260,12 @@ class CapsNet(CapsuleClassifier):
 
         The learning rate depends on whether the run's length is known:
 
-        - with `total_steps`, 1e-3 decayed to zero over the run by a
-          cosine, `keras.optimizers.schedules.CosineDecay(1e-3,
-          total_steps)`: for runs of tens of epochs, where the official
-          decay has barely begun;
+        - with `total_steps`, 1e-3 held for the first 80 % of the run, then
+          decayed to zero by a cosine over the last 20 %:
+          `keras.optimizers.schedules.CosineDecay(1e-3, total_steps - h,
+          warmup_target=1e-3, warmup_steps=h)` with `h = round(0.8 *
+          total_steps)`, at most `total_steps - 1`. A run of tens of steps
+          keeps the rate it needs; a long one ends annealed;
         - without, the official code's 1e-3 decayed continuously by 0.96
           every 2,000 steps, `keras.optimizers.schedules.ExponentialDecay(
           1e-3, decay_steps=2000, decay_rate=0.96)`.
@@ -273,7 +280,9 @@ class CapsNet(CapsuleClassifier):
         Raises:
             ValueError: If `total_steps` is not a positive integer.
         """
-        learning_rate = length_aware_rate(total_steps, 1e-3, 1e-3, 0.96, 2000)
+        learning_rate = length_aware_rate(
+            total_steps, 1e-3, 1e-3, 0.96, 2000, hold=_HELD_FRACTION
+        )
         return keras.optimizers.Adam(learning_rate)
 
     def get_config(self):

@@ -43,6 +43,15 @@ def _schedule(optimizer):
     )
 
 
+def _held_cosine(steps, total_steps):
+    """NumPy: `CapsNet.compile(total_steps)`'s rate at `steps`, 1e-3 for the
+    first `round(0.8 * total_steps)` steps (at most `total_steps - 1`), then
+    a cosine to zero over the rest."""
+    held = min(round(0.8 * total_steps), total_steps - 1)
+    done = np.clip((steps - held) / (total_steps - held), 0.0, 1.0)
+    return np.where(steps < held, 1e-3, 0.5e-3 * (1 + np.cos(np.pi * done)))
+
+
 def _data(batch=8, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.uniform(size=(batch,) + SMALL_CONFIG["image_shape"])
@@ -148,15 +157,35 @@ class CapsNetTest(TestCase):
             ),
             (1e-3, 2000, 0.96),
         )
-        known = _schedule(model.default_optimizer(total_steps=100))
-        self.assertIsInstance(known, schedules.CosineDecay)
-        self.assertEqual(
-            (known.initial_learning_rate, known.decay_steps, known.alpha),
-            (1e-3, 100, 0.0),
-        )
-        self.assertAllClose(float(known(100)), 0.0)
+        for total_steps in (1, 2, 72, 100):
+            known = _schedule(model.default_optimizer(total_steps))
+            self.assertIsInstance(known, schedules.CosineDecay)
+            steps = np.arange(total_steps + 1)
+            self.assertAllClose(
+                np.array([float(known(step)) for step in steps]),
+                _held_cosine(steps, total_steps),
+                atol=1e-9,
+            )
         with self.assertRaisesRegex(ValueError, r"Received: total_steps=0$"):
             model.default_optimizer(total_steps=0)
+
+    def test_known_length_schedule_inside_compiled_fit(self):
+        # 10 steps: 1e-3 for 8, then the cosine's 2 (NumPy, `_held_cosine`).
+        model = CapsNet(**SMALL_CONFIG)
+        model.compile(total_steps=10)
+        x, y = _data(8)
+        rates = []
+
+        class Rates(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                rates.append(float(self.model.optimizer.learning_rate))
+
+        model.fit(x, y, batch_size=1, epochs=1, callbacks=[Rates()], verbose=0)
+        model.fit(x[:2], y[:2], batch_size=1, callbacks=[Rates()], verbose=0)
+        self.assertEqual(int(model.optimizer.iterations), 10)
+        self.assertAllClose(
+            np.array(rates), _held_cosine(np.arange(10), 10), atol=1e-9
+        )
 
     def test_reconstruct(self):
         model = CapsNet(**SMALL_CONFIG)
