@@ -1,0 +1,244 @@
+"""Stacked Capsule Autoencoder training variants, scored alike.
+
+Trains `StackedCapsuleAutoencoder` in the official MNIST configuration
+(`from_preset("scae_mnist")`) or a variant of it, from the initial weights
+of `--seed`, for `--steps` steps of 128 digits placed at random on the
+40x40 canvas (`mnist.PaddedDigits`, full batches). The last
+`--validation` training digits are held out (on canvases drawn once);
+every `--eval-every` steps they score the object capsules as the SCAE
+recipe does: the two probes' accuracy and k-means accuracy (10 clusters,
+Hungarian matching, fitted on the scored features) on the prior object
+presences and on the posterior part mass each object explains, with the
+deterministic `predict`. The loss and its terms are averaged over every
+`--log-every` steps. Each evaluation appends one JSON line to `--jsonl`.
+With `--test`, the 10,000 test digits (or the sample's 1,000) are scored
+once at the end, deterministically and with the official noisy
+evaluation (presence noise at inference, seed 0).
+
+A variant is a set of flags: the Set Transformer's `--presence-masking`,
+`--normalize-part-mixing`, the presence `--noise-scale`, and the
+optimizer (`official`: `compile()`'s RMSprop at a constant 3e-5;
+`rmsprop`: the same RMSprop at `--learning-rate`; `adam`) with a linear
+warm-up over `--warmup-steps` and then a cosine to `--floor` times the
+rate over the remaining steps (`--floor 1`: constant).
+
+Usage:
+    KERAS_BACKEND=tensorflow python experiments/scae_variants.py \\
+        --data-dir path/to/mnist --name official --steps 5000 \\
+        --jsonl runs/scae_variants.jsonl
+    KERAS_BACKEND=tensorflow python experiments/scae_variants.py \\
+        --data-dir path/to/mnist --name log_adam --presence-masking log \\
+        --optimizer adam --learning-rate 3e-4 --warmup-steps 500
+    python experiments/scae_variants.py --smoke
+"""
+
+import argparse
+import json
+import time
+
+import keras
+import numpy as np
+from _common import load_digits
+
+import keras_capsules
+from keras_capsules import metrics
+from keras_capsules.datasets import mnist
+from keras_capsules.optimizers import RMSprop
+
+SCAE = keras_capsules.models.StackedCapsuleAutoencoder
+# The official optimizer's epsilon, `1e-2 / batch_size**2` at batch 128.
+_EPSILON = 1e-2 / 128**2
+SMOKE_SIZE = dict(num_parts=4, num_object_capsules=4, object_capsule_dim=16)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--name", default="official")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--eval-every", type=int, default=500)
+    parser.add_argument("--log-every", type=int, default=50)
+    parser.add_argument("--validation", type=int, default=10000)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument(
+        "--presence-masking",
+        default="most_present",
+        choices=("most_present", "log"),
+    )
+    parser.add_argument("--normalize-part-mixing", action="store_true")
+    parser.add_argument("--noise-scale", type=float, default=4.0)
+    parser.add_argument(
+        "--optimizer",
+        default="official",
+        choices=("official", "rmsprop", "adam"),
+    )
+    parser.add_argument("--learning-rate", type=float, default=3e-5)
+    parser.add_argument("--warmup-steps", type=int, default=0)
+    parser.add_argument("--floor", type=float, default=1.0)
+    parser.add_argument("--test", action="store_true")
+    parser.add_argument("--jsonl", default="scae_variants.jsonl")
+    parser.add_argument("--smoke", action="store_true", help="A tiny run.")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.eval_every, args.log_every = 2, 2, 1
+        args.validation, args.batch_size = 20, 8
+    return args
+
+
+class Window(keras.utils.PyDataset):
+    """`steps` consecutive batches of `data` an epoch, continuing where the
+    previous epoch stopped (across `data`'s own epochs)."""
+
+    def __init__(self, data, steps):
+        super().__init__()
+        self.data, self.steps, self.window = data, steps, 0
+
+    def __len__(self):
+        return self.steps
+
+    def __getitem__(self, index):
+        epoch, index = divmod(self.window * self.steps + index, len(self.data))
+        if self.data.epoch != epoch:
+            self.data.epoch = epoch
+        return self.data[index]
+
+    def on_epoch_end(self):
+        self.window += 1
+
+
+def optimizer(args):
+    if args.optimizer == "official":
+        return None
+    rate = keras.optimizers.schedules.CosineDecay(
+        0.0,
+        max(1, args.steps - args.warmup_steps),
+        alpha=args.floor,
+        warmup_target=args.learning_rate,
+        warmup_steps=args.warmup_steps,
+    )
+    if args.optimizer == "adam":
+        return keras.optimizers.Adam(rate)
+    return RMSprop(
+        rate, rho=0.9, momentum=0.9, epsilon=_EPSILON, initial_velocity=1.0
+    )
+
+
+def score(model, canvases, labels):
+    out = model.predict(canvases, batch_size=500, verbose=0)
+    result = {}
+    for kind, name in (
+        ("prior", "object_presence"),
+        ("posterior", "object_posterior_presence"),
+    ):
+        logits = out[f"{kind}_logits"]
+        result[f"{kind}_probe"] = float(np.mean(logits.argmax(-1) == labels))
+        result[f"{kind}_kmeans"] = metrics.kmeans_accuracy(out[name], labels)
+        finite = np.isfinite(out[name]).all() and np.isfinite(logits).all()
+        result[f"{kind}_finite"] = bool(finite)
+    return result
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    keras.utils.set_random_seed(args.seed)
+    (x_train, y_train), (x_test, y_test) = load_digits(args)
+    x_train, x_test = x_train[..., None], x_test[..., None]
+    if args.smoke:
+        x_train, y_train = x_train[:36], y_train[:36]
+        x_test, y_test = x_test[:20], y_test[:20]
+    x_val, y_val = x_train[-args.validation :], y_train[-args.validation :]
+    x_fit, y_fit = x_train[: -args.validation], y_train[: -args.validation]
+    train = mnist.PaddedDigits(
+        x_fit,
+        y_fit,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        drop_remainder=True,
+    )
+    val = mnist.PaddedDigits(x_val, batch_size=len(x_val), shuffle=False)[0]
+
+    # The same initial weights for every variant of one seed; `--smoke`
+    # runs a small network.
+    size = SMOKE_SIZE if args.smoke else {}
+    initial = SCAE.from_preset("scae_mnist", seed=args.seed, **size)
+    model = SCAE.from_preset(
+        "scae_mnist",
+        seed=args.seed,
+        **size,
+        presence_masking=args.presence_masking,
+        normalize_part_mixing=args.normalize_part_mixing,
+        noise_scale=args.noise_scale,
+    )
+    model.set_weights(initial.get_weights())
+    rate = optimizer(args)
+    model.compile() if rate is None else model.compile(optimizer=rate)
+
+    config = {
+        key: getattr(args, key)
+        for key in (
+            "name",
+            "seed",
+            "presence_masking",
+            "normalize_part_mixing",
+            "noise_scale",
+            "optimizer",
+            "learning_rate",
+            "warmup_steps",
+            "floor",
+            "batch_size",
+        )
+    }
+    config["validation_images"] = len(x_val)
+    config["backend"] = keras.backend.backend()
+    windows = Window(train, args.log_every)
+    start = time.time()
+    curve = []
+
+    class Evaluate(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            step = (epoch + 1) * args.log_every
+            curve.append(
+                {"step": step, **{k: float(v) for k, v in logs.items()}}
+            )
+            if step % args.eval_every:
+                return
+            record = {
+                **config,
+                "step": step,
+                "minutes": round((time.time() - start) / 60, 2),
+                "validation": score(model, val, y_val),
+                "losses": curve[-(args.eval_every // args.log_every) :],
+            }
+            with open(args.jsonl, "a") as file:
+                file.write(json.dumps(record) + "\n")
+            print(json.dumps({k: record[k] for k in ("step", "validation")}))
+
+    model.fit(
+        windows,
+        epochs=args.steps // args.log_every,
+        shuffle=False,
+        callbacks=[Evaluate()],
+        verbose=2,
+    )
+    if args.test:
+        test = mnist.PaddedDigits(
+            x_test, batch_size=len(x_test), shuffle=False
+        )[0]
+        official = SCAE.from_config(
+            {**model.get_config(), "inference_noise_seed": 0}
+        )
+        official.set_weights(model.get_weights())
+        record = {
+            **config,
+            "step": args.steps,
+            "test": score(model, test, y_test),
+            "test_official": score(official, test, y_test),
+        }
+        with open(args.jsonl, "a") as file:
+            file.write(json.dumps(record) + "\n")
+        print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
