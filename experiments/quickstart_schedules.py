@@ -5,8 +5,8 @@ Trains `CapsNet` as `examples/capsnet_mnist.py` does without `--data-dir`
 `mnist.ShiftedDigits` at batch 128, Adam) under one schedule of the
 learning rate, and appends one JSON line per run: the validation accuracy
 after every epoch and the accuracy on the sample's 1,000 test images at
-the end. The schedule is chosen on the validation accuracy; the test
-accuracy is read once, for the chosen one.
+the end. A schedule is chosen on the validation accuracy; the test
+accuracy in the same line is a record, not a criterion.
 
 Schedules (T = the run's steps):
 
@@ -15,7 +15,8 @@ Schedules (T = the run's steps):
   then a cosine to `--floor` times the peak over the rest (`--floor 1`:
   constant);
 - `paper`: 1e-3 decayed by 0.96 every 2,000 steps (no length);
-- `default`: `CapsNet.compile(total_steps=T)` as the package has it.
+- `default` (the default): `CapsNet.compile(total_steps=T)` as the
+  installed package has it.
 
 Usage:
     KERAS_BACKEND=tensorflow python experiments/quickstart_schedules.py \\
