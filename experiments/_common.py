@@ -340,6 +340,20 @@ def sabour_cnn(input_shape, num_classes=10, num_labels=1, pool=True):
     return model
 
 
+def warmup_cosine(peak, total_steps, warmup_steps=0, floor=0.0, start=0.0):
+    """A learning rate that goes linearly from `start` to `peak` over
+    `warmup_steps` (`start=peak` holds the peak), then along a cosine to
+    `floor` times the peak over the rest of `total_steps` (`floor=1`:
+    constant)."""
+    return keras.optimizers.schedules.CosineDecay(
+        start,
+        max(1, total_steps - warmup_steps),
+        alpha=floor,
+        warmup_target=peak,
+        warmup_steps=warmup_steps,
+    )
+
+
 def official_matrix_optimizer():
     """Adam with the official EM code's schedule: 0.01 decayed continuously
     by 0.96 every 20,000 steps, `epsilon=1e-8`."""

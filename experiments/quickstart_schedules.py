@@ -30,6 +30,7 @@ import json
 import time
 
 import keras
+from _common import warmup_cosine
 
 import keras_capsules
 from keras_capsules.datasets import mnist
@@ -38,22 +39,14 @@ SCHEDULES = ("cosine", "paper", "default")
 
 
 def learning_rate(name, total_steps, peak, floor, warmup, hold):
-    schedules = keras.optimizers.schedules
     if name == "paper":
-        return schedules.ExponentialDecay(1e-3, 2000, 0.96)
-    if hold:
-        # CosineDecay's warm-up from the peak to the peak holds it.
-        warmup = round(hold * total_steps)
-        start = peak
-    else:
-        warmup = round(warmup * total_steps)
-        start = 0.0
-    return schedules.CosineDecay(
-        start,
-        max(1, total_steps - warmup),
-        alpha=floor,
-        warmup_target=peak,
-        warmup_steps=warmup,
+        return keras.optimizers.schedules.ExponentialDecay(1e-3, 2000, 0.96)
+    return warmup_cosine(
+        peak,
+        total_steps,
+        round((hold or warmup) * total_steps),
+        floor,
+        start=peak if hold else 0.0,
     )
 
 

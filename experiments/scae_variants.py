@@ -39,6 +39,7 @@ import time
 import keras
 import numpy as np
 from _common import load_digits
+from _common import warmup_cosine
 
 import keras_capsules
 from keras_capsules import metrics
@@ -46,8 +47,6 @@ from keras_capsules.datasets import mnist
 from keras_capsules.optimizers import RMSprop
 
 SCAE = keras_capsules.models.StackedCapsuleAutoencoder
-# The official optimizer's epsilon, `1e-2 / batch_size**2` at batch 128.
-_EPSILON = 1e-2 / 128**2
 SMOKE_SIZE = dict(num_parts=4, num_object_capsules=4, object_capsule_dim=16)
 
 
@@ -107,20 +106,22 @@ class Window(keras.utils.PyDataset):
         self.window += 1
 
 
-def optimizer(args):
+def optimizer(model, args):
+    """`None` for `compile()`'s official RMSprop, else the variant's."""
     if args.optimizer == "official":
         return None
-    rate = keras.optimizers.schedules.CosineDecay(
-        0.0,
-        max(1, args.steps - args.warmup_steps),
-        alpha=args.floor,
-        warmup_target=args.learning_rate,
-        warmup_steps=args.warmup_steps,
+    rate = warmup_cosine(
+        args.learning_rate, args.steps, args.warmup_steps, args.floor
     )
     if args.optimizer == "adam":
         return keras.optimizers.Adam(rate)
+    official = model.default_optimizer()
     return RMSprop(
-        rate, rho=0.9, momentum=0.9, epsilon=_EPSILON, initial_velocity=1.0
+        rate,
+        rho=official.rho,
+        momentum=official.momentum,
+        epsilon=official.epsilon,
+        initial_velocity=official.initial_velocity,
     )
 
 
@@ -158,8 +159,10 @@ def main(argv=None):
     )
     val = mnist.PaddedDigits(x_val, batch_size=len(x_val), shuffle=False)[0]
 
-    # The same initial weights for every variant of one seed; `--smoke`
-    # runs a small network.
+    # The same initial weights for every variant of one seed: `seed` fixes
+    # only the templates (and the noise), the other initializers draw from
+    # Keras's global seed, so every variant takes the weights of the first
+    # network built after `set_random_seed`. `--smoke` runs a small one.
     size = SMOKE_SIZE if args.smoke else {}
     initial = SCAE.from_preset("scae_mnist", seed=args.seed, **size)
     model = SCAE.from_preset(
@@ -171,8 +174,11 @@ def main(argv=None):
         noise_scale=args.noise_scale,
     )
     model.set_weights(initial.get_weights())
-    rate = optimizer(args)
-    model.compile() if rate is None else model.compile(optimizer=rate)
+    variant = optimizer(model, args)
+    if variant is None:
+        model.compile()
+    else:
+        model.compile(optimizer=variant)
 
     config = {
         key: getattr(args, key)
