@@ -13,7 +13,12 @@ deterministic `predict`. The loss and its terms are averaged over every
 `--log-every` steps. Each evaluation appends one JSON line to `--jsonl`.
 With `--test`, the 10,000 test digits (or the sample's 1,000) are scored
 once at the end, deterministically and with the official noisy
-evaluation (presence noise at inference, seed 0).
+evaluation (presence noise at inference, seed 0). `--save` writes the
+trained model, its optimizer state included, to a `.keras` file;
+`--resume` continues such a file to `--steps` steps in all, on the
+batches an uninterrupted run would have drawn. `--plot OUT.png` draws
+the curves of every run in `--jsonl` (validation accuracies and the
+image and part log-likelihoods against the step) and trains nothing.
 
 A variant is a set of flags: the Set Transformer's `--presence-masking`,
 `--normalize-part-mixing`, the presence `--noise-scale`, and the
@@ -29,6 +34,8 @@ Usage:
     KERAS_BACKEND=tensorflow python experiments/scae_variants.py \\
         --data-dir path/to/mnist --name log_adam --presence-masking log \\
         --optimizer adam --learning-rate 3e-4 --warmup-steps 500
+    python experiments/scae_variants.py --jsonl runs/scae_variants.jsonl \
+        --plot scae_variants.png
     python experiments/scae_variants.py --smoke
 """
 
@@ -77,6 +84,13 @@ def parse_args(argv=None):
     parser.add_argument("--floor", type=float, default=1.0)
     parser.add_argument("--test", action="store_true")
     parser.add_argument("--jsonl", default="scae_variants.jsonl")
+    parser.add_argument("--save", default=None, help="A .keras file.")
+    parser.add_argument(
+        "--resume",
+        default=None,
+        help="A .keras file written by --save with the same flags.",
+    )
+    parser.add_argument("--plot", default=None, help="A .png file.")
     parser.add_argument("--smoke", action="store_true", help="A tiny run.")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -89,9 +103,9 @@ class Window(keras.utils.PyDataset):
     """`steps` consecutive batches of `data` an epoch, continuing where the
     previous epoch stopped (across `data`'s own epochs)."""
 
-    def __init__(self, data, steps):
+    def __init__(self, data, steps, window=0):
         super().__init__()
-        self.data, self.steps, self.window = data, steps, 0
+        self.data, self.steps, self.window = data, steps, window
 
     def __len__(self):
         return self.steps
@@ -140,8 +154,57 @@ def score(model, canvases, labels):
     return result
 
 
+PANELS = (
+    ("validation", "posterior_kmeans", "posterior k-means"),
+    ("validation", "posterior_probe", "posterior probe"),
+    ("validation", "prior_kmeans", "prior k-means"),
+    ("losses", "image_log_likelihood", "image log-likelihood"),
+    ("losses", "part_log_likelihood", "part log-likelihood"),
+    ("losses", "loss", "loss"),
+)
+
+
+def plot(jsonl, path):
+    """Every run of `jsonl` (by name), one panel per quantity of
+    `PANELS`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    runs = {}
+    with open(jsonl) as file:
+        for line in file:
+            record = json.loads(line)
+            if "validation" in record:
+                runs.setdefault(record["name"], []).append(record)
+    figure, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+    for ax, (kind, key, title) in zip(axes.flat, PANELS):
+        for name, records in runs.items():
+            if kind == "validation":
+                steps = [r["step"] for r in records]
+                values = [100 * r["validation"][key] for r in records]
+                ax.plot(steps, values, marker="o", label=name)
+            else:
+                points = [p for r in records for p in r["losses"]]
+                ax.plot([p["step"] for p in points], [p[key] for p in points])
+        ax.set_title(title + (" (%)" if kind == "validation" else ""))
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[1, 1].set_ylim(bottom=0)
+    figure.legend(
+        *axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=3
+    )
+    figure.tight_layout(rect=(0, 0.1, 1, 1))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.plot:
+        plot(args.jsonl, args.plot)
+        return
     keras.utils.set_random_seed(args.seed)
     (x_train, y_train), (x_test, y_test) = load_digits(args)
     x_train, x_test = x_train[..., None], x_test[..., None]
@@ -164,21 +227,27 @@ def main(argv=None):
     # Keras's global seed, so every variant takes the weights of the first
     # network built after `set_random_seed`. `--smoke` runs a small one.
     size = SMOKE_SIZE if args.smoke else {}
-    initial = SCAE.from_preset("scae_mnist", seed=args.seed, **size)
-    model = SCAE.from_preset(
-        "scae_mnist",
-        seed=args.seed,
-        **size,
-        presence_masking=args.presence_masking,
-        normalize_part_mixing=args.normalize_part_mixing,
-        noise_scale=args.noise_scale,
-    )
-    model.set_weights(initial.get_weights())
-    variant = optimizer(model, args)
-    if variant is None:
-        model.compile()
+    if args.resume:
+        model = keras.saving.load_model(args.resume)
     else:
-        model.compile(optimizer=variant)
+        initial = SCAE.from_preset("scae_mnist", seed=args.seed, **size)
+        model = SCAE.from_preset(
+            "scae_mnist",
+            seed=args.seed,
+            **size,
+            presence_masking=args.presence_masking,
+            normalize_part_mixing=args.normalize_part_mixing,
+            noise_scale=args.noise_scale,
+        )
+        model.set_weights(initial.get_weights())
+        variant = optimizer(model, args)
+        if variant is None:
+            model.compile()
+        else:
+            model.compile(optimizer=variant)
+    done = 0
+    if args.resume:
+        done = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
 
     config = {
         key: getattr(args, key)
@@ -197,7 +266,7 @@ def main(argv=None):
     }
     config["validation_images"] = len(x_val)
     config["backend"] = keras.backend.backend()
-    windows = Window(train, args.log_every)
+    windows = Window(train, args.log_every, done // args.log_every)
     start = time.time()
     curve = []
 
@@ -222,11 +291,14 @@ def main(argv=None):
 
     model.fit(
         windows,
+        initial_epoch=done // args.log_every,
         epochs=args.steps // args.log_every,
         shuffle=False,
         callbacks=[Evaluate()],
         verbose=2,
     )
+    if args.save:
+        model.save(args.save)
     if args.test:
         test = mnist.PaddedDigits(
             x_test, batch_size=len(x_test), shuffle=False
