@@ -21,7 +21,8 @@ the curves of every run in `--jsonl` (validation accuracies and the
 image and part log-likelihoods against the step) and trains nothing.
 
 A variant is a set of flags: the Set Transformer's `--presence-masking`,
-`--normalize-part-mixing`, the presence `--noise-scale`, and the
+`--normalize-part-mixing`, the presence `--noise-scale`, a factor on the
+loss's four sparsity weights (`--sparsity-scale`), and the
 optimizer (`official`: `compile()`'s RMSprop at a constant 3e-5;
 `rmsprop`: the same RMSprop at `--learning-rate`; `adam`) with a linear
 warm-up over `--warmup-steps` and then a cosine to `--floor` times the
@@ -40,6 +41,7 @@ Usage:
 """
 
 import argparse
+import inspect
 import json
 import time
 
@@ -51,9 +53,18 @@ from _common import warmup_cosine
 import keras_capsules
 from keras_capsules import metrics
 from keras_capsules.datasets import mnist
+from keras_capsules.losses import StackedCapsuleAutoencoderLoss
 from keras_capsules.optimizers import RMSprop
 
 SCAE = keras_capsules.models.StackedCapsuleAutoencoder
+# The loss's default weights, from its signature.
+LOSS_WEIGHTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(
+        StackedCapsuleAutoencoderLoss
+    ).parameters.items()
+    if name.endswith("_weight")
+}
 SMOKE_SIZE = dict(num_parts=4, num_object_capsules=4, object_capsule_dim=16)
 
 
@@ -62,7 +73,12 @@ def parse_args(argv=None):
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--name", default="official")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="Steps in all (default 5000; 2 with --smoke).",
+    )
     parser.add_argument("--eval-every", type=int, default=500)
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--validation", type=int, default=10000)
@@ -74,6 +90,12 @@ def parse_args(argv=None):
     )
     parser.add_argument("--normalize-part-mixing", action="store_true")
     parser.add_argument("--noise-scale", type=float, default=4.0)
+    parser.add_argument(
+        "--sparsity-scale",
+        type=float,
+        default=1.0,
+        help="Multiplies the loss's four sparsity weights.",
+    )
     parser.add_argument(
         "--optimizer",
         default="official",
@@ -93,8 +115,10 @@ def parse_args(argv=None):
     parser.add_argument("--plot", default=None, help="A .png file.")
     parser.add_argument("--smoke", action="store_true", help="A tiny run.")
     args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = 2 if args.smoke else 5000
     if args.smoke:
-        args.steps, args.eval_every, args.log_every = 2, 2, 1
+        args.eval_every, args.log_every = 2, 1
         args.validation, args.batch_size = 20, 8
     return args
 
@@ -240,11 +264,17 @@ def main(argv=None):
             noise_scale=args.noise_scale,
         )
         model.set_weights(initial.get_weights())
-        variant = optimizer(model, args)
-        if variant is None:
-            model.compile()
-        else:
-            model.compile(optimizer=variant)
+        weights = {
+            name: value * args.sparsity_scale
+            for name, value in LOSS_WEIGHTS.items()
+            if "sparsity" in name
+        }
+        model.compile(
+            optimizer=optimizer(model, args) or "auto",
+            loss=StackedCapsuleAutoencoderLoss(
+                num_classes=model.num_classes, **weights
+            ),
+        )
     done = 0
     if args.resume:
         done = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
@@ -257,6 +287,7 @@ def main(argv=None):
             "presence_masking",
             "normalize_part_mixing",
             "noise_scale",
+            "sparsity_scale",
             "optimizer",
             "learning_rate",
             "warmup_steps",

@@ -2,6 +2,7 @@
 data, and each harness run with `--smoke`."""
 
 import glob
+import json
 import importlib.util
 import os
 import subprocess
@@ -91,6 +92,31 @@ class MultiMNISTResumeTest(TestCase):
 def _roll(batch, seed):
     """A transform of `transformed_digits` that depends on its seed."""
     return np.roll(batch, seed % 3, axis=1)
+
+
+@pytest.mark.large
+class ScaeVariantsResumeTest(TestCase):
+    def test_resumed_run_continues_the_uninterrupted_one(self):
+        scae_variants = load_experiment("scae_variants")
+        folder = self.get_temp_dir()
+
+        def losses(jsonl, argv):
+            scae_variants.main(["--smoke", "--jsonl", jsonl, *argv])
+            with open(jsonl) as file:
+                records = [json.loads(line) for line in file]
+            return [p["loss"] for r in records for p in r["losses"]]
+
+        whole = losses(f"{folder}/whole.jsonl", ["--steps", "4"])
+        saved = f"{folder}/half.keras"
+        first = losses(
+            f"{folder}/half.jsonl", ["--steps", "2", "--save", saved]
+        )
+        resumed = losses(
+            f"{folder}/half.jsonl", ["--steps", "4", "--resume", saved]
+        )
+        self.assertLen(whole, 4)
+        self.assertEqual(resumed[:2], first)
+        self.assertAllClose(resumed, whole, rtol=1e-4)
 
 
 class SeededBatchesTest(TestCase):
