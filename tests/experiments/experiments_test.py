@@ -2,8 +2,8 @@
 data, and each harness run with `--smoke`."""
 
 import glob
-import json
 import importlib.util
+import json
 import os
 import subprocess
 import sys
