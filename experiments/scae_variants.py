@@ -35,7 +35,7 @@ Usage:
     KERAS_BACKEND=tensorflow python experiments/scae_variants.py \\
         --data-dir path/to/mnist --name log_adam --presence-masking log \\
         --optimizer adam --learning-rate 3e-4 --warmup-steps 500
-    python experiments/scae_variants.py --jsonl runs/scae_variants.jsonl \
+    python experiments/scae_variants.py --jsonl runs/scae_variants.jsonl \\
         --plot scae_variants.png
     python experiments/scae_variants.py --smoke
 """
