@@ -389,6 +389,12 @@ def load_model(source):
     return keras_capsules.models.from_preset(source)
 
 
+def append_jsonl(path, record):
+    """Appends `record` to the JSON-lines file `path` as one line."""
+    with open(path, "a") as file:
+        file.write(json.dumps(record) + "\n")
+
+
 def write_results(results, output_dir):
     """Writes `results` to `results.json` in `output_dir` and prints it."""
     os.makedirs(output_dir, exist_ok=True)

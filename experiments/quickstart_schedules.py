@@ -30,6 +30,7 @@ import json
 import time
 
 import keras
+from _common import append_jsonl
 from _common import warmup_cosine
 
 import keras_capsules
@@ -114,8 +115,7 @@ def main():
         "test_accuracy": round(float(test["accuracy"]), 4),
         "minutes": round((time.time() - start) / 60, 2),
     }
-    with open(args.jsonl, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_jsonl(args.jsonl, record)
     print(json.dumps(record))
 
 

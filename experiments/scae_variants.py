@@ -41,12 +41,12 @@ Usage:
 """
 
 import argparse
-import inspect
 import json
 import time
 
 import keras
 import numpy as np
+from _common import append_jsonl
 from _common import load_digits
 from _common import warmup_cosine
 
@@ -54,17 +54,12 @@ import keras_capsules
 from keras_capsules import metrics
 from keras_capsules.datasets import mnist
 from keras_capsules.losses import StackedCapsuleAutoencoderLoss
+from keras_capsules.losses.stacked_capsule_autoencoder_loss import (
+    DEFAULT_WEIGHTS,
+)
 from keras_capsules.optimizers import RMSprop
 
 SCAE = keras_capsules.models.StackedCapsuleAutoencoder
-# The loss's default weights, from its signature.
-LOSS_WEIGHTS = {
-    name: parameter.default
-    for name, parameter in inspect.signature(
-        StackedCapsuleAutoencoderLoss
-    ).parameters.items()
-    if name.endswith("_weight")
-}
 SMOKE_SIZE = dict(num_parts=4, num_object_capsules=4, object_capsule_dim=16)
 
 
@@ -251,8 +246,10 @@ def main(argv=None):
     # Keras's global seed, so every variant takes the weights of the first
     # network built after `set_random_seed`. `--smoke` runs a small one.
     size = SMOKE_SIZE if args.smoke else {}
+    done = 0
     if args.resume:
         model = keras.saving.load_model(args.resume)
+        done = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     else:
         initial = SCAE.from_preset("scae_mnist", seed=args.seed, **size)
         model = SCAE.from_preset(
@@ -266,7 +263,7 @@ def main(argv=None):
         model.set_weights(initial.get_weights())
         weights = {
             name: value * args.sparsity_scale
-            for name, value in LOSS_WEIGHTS.items()
+            for name, value in DEFAULT_WEIGHTS.items()
             if "sparsity" in name
         }
         model.compile(
@@ -275,9 +272,6 @@ def main(argv=None):
                 num_classes=model.num_classes, **weights
             ),
         )
-    done = 0
-    if args.resume:
-        done = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
 
     config = {
         key: getattr(args, key)
@@ -297,7 +291,8 @@ def main(argv=None):
     }
     config["validation_images"] = len(x_val)
     config["backend"] = keras.backend.backend()
-    windows = Window(train, args.log_every, done // args.log_every)
+    first_window = done // args.log_every
+    windows = Window(train, args.log_every, first_window)
     start = time.time()
     curve = []
 
@@ -316,13 +311,12 @@ def main(argv=None):
                 "validation": score(model, val, y_val),
                 "losses": curve[-(args.eval_every // args.log_every) :],
             }
-            with open(args.jsonl, "a") as file:
-                file.write(json.dumps(record) + "\n")
+            append_jsonl(args.jsonl, record)
             print(json.dumps({k: record[k] for k in ("step", "validation")}))
 
     model.fit(
         windows,
-        initial_epoch=done // args.log_every,
+        initial_epoch=first_window,
         epochs=args.steps // args.log_every,
         shuffle=False,
         callbacks=[Evaluate()],
@@ -344,8 +338,7 @@ def main(argv=None):
             "test": score(model, test, y_test),
             "test_official": score(official, test, y_test),
         }
-        with open(args.jsonl, "a") as file:
-            file.write(json.dumps(record) + "\n")
+        append_jsonl(args.jsonl, record)
         print(json.dumps(record))
 
 
