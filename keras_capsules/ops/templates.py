@@ -7,6 +7,7 @@ from keras import ops
 from keras_capsules._validation import check_int_tuple
 from keras_capsules._validation import check_pose_params
 from keras_capsules.ops._dtypes import compute_dtypes
+from keras_capsules.ops._dtypes import matmul
 
 
 def affine_sampling_grid(transforms, output_size, source_size):
@@ -58,29 +59,47 @@ def affine_sampling_grid(transforms, output_size, source_size):
     transforms = ops.convert_to_tensor(transforms)
     check_pose_params(transforms.shape, "transforms")
     dtype, compute_dtype = compute_dtypes(transforms)
-    transforms = ops.cast(transforms, compute_dtype)
+    x, y = _source_points(
+        ops.cast(transforms, compute_dtype), output_size, source_size
+    )
+    grid = ops.stack([x, y], axis=-1)
+    batch_shape = tuple(ops.shape(transforms)[:-1])
+    grid = ops.reshape(grid, batch_shape + output_size + (2,))
+    return ops.cast(grid, dtype)
+
+
+def _source_points(transforms, output_size, source_size):
+    """The template pixel coordinates `x` and `y` of every canvas pixel,
+    each of shape `(..., height * width)`, for transforms `(..., 6)`.
+
+    Each is a matmul of one row per transform, `(x_row, y_row) . (p_x,
+    p_y, 1)`, with the canvas pixels' normalised coordinates: one dot,
+    whose gradient with respect to the rows is one dot too.
+    """
     a, b, tx, c, d, ty = (transforms[..., i : i + 1] for i in range(6))
     determinant = a * d - b * c
     a_inv, b_inv = d / determinant, -b / determinant
     c_inv, d_inv = -c / determinant, a / determinant
     tx_inv = a_inv * tx + b_inv * ty
     ty_inv = c_inv * tx + d_inv * ty
-
+    half_h, half_w = (source_size[0] - 1) / 2, (source_size[1] - 1) / 2
+    x_row = ops.concatenate(
+        [half_w * a_inv, half_w * b_inv, half_w - half_w * tx_inv], axis=-1
+    )
+    y_row = ops.concatenate(
+        [half_h * c_inv, half_h * d_inv, half_h - half_h * ty_inv], axis=-1
+    )
     height, width = output_size
     ys, xs = np.meshgrid(
         np.linspace(-1.0, 1.0, height),
         np.linspace(-1.0, 1.0, width),
         indexing="ij",
     )
-    xs = ops.convert_to_tensor(xs.reshape(-1), dtype=compute_dtype)
-    ys = ops.convert_to_tensor(ys.reshape(-1), dtype=compute_dtype)
-    half_h, half_w = (source_size[0] - 1) / 2, (source_size[1] - 1) / 2
-    source_x = half_w * (a_inv * xs + b_inv * ys - tx_inv) + half_w
-    source_y = half_h * (c_inv * xs + d_inv * ys - ty_inv) + half_h
-    grid = ops.stack([source_x, source_y], axis=-1)
-    batch_shape = tuple(ops.shape(transforms)[:-1])
-    grid = ops.reshape(grid, batch_shape + (height, width, 2))
-    return ops.cast(grid, dtype)
+    pixels = np.stack([xs.reshape(-1), ys.reshape(-1), np.ones(xs.size)])
+    pixels = ops.convert_to_tensor(pixels, dtype=transforms.dtype)
+    x = matmul(x_row[..., None, :], pixels)[..., 0, :]
+    y = matmul(y_row[..., None, :], pixels)[..., 0, :]
+    return x, y
 
 
 def bilinear_sample(images, coordinates):
@@ -140,33 +159,138 @@ def bilinear_sample(images, coordinates):
     dtype, compute_dtype = compute_dtypes(images)
     images = ops.cast(images, compute_dtype)
     coordinates = ops.cast(coordinates, compute_dtype)
-    batch, height, width, channels = ops.shape(images)
+    batch = ops.shape(images)[0]
+    channels = images.shape[-1]
     point_shape = tuple(ops.shape(coordinates)[1:-1])
     points = ops.reshape(coordinates, (batch, -1, 2))
-    x, y = points[..., 0], points[..., 1]
-    x0 = ops.floor(ops.stop_gradient(x))
-    y0 = ops.floor(ops.stop_gradient(y))
-    # Weight of the far neighbour; the near one gets 1 minus it.
-    wx, wy = x - x0, y - y0
-    x0 = ops.cast(x0, "int32")
-    y0 = ops.cast(y0, "int32")
-    # A per-example gather: on PyTorch its gradient is a scatter-add, many
-    # times faster on CPU than the embedding gradient behind `ops.take`.
-    flat = ops.reshape(images, (batch, height * width, channels))
-    sampled = 0.0
-    for dx, weight_x in ((0, 1.0 - wx), (1, wx)):
-        col = x0 + dx
-        for dy, weight_y in ((0, 1.0 - wy), (1, wy)):
-            row = y0 + dy
-            inside = (col >= 0) & (col < width) & (row >= 0) & (row < height)
-            index = ops.clip(row, 0, height - 1) * width + ops.clip(
-                col, 0, width - 1
-            )
-            values = ops.take_along_axis(flat, index[..., None], axis=1)
-            weight = ops.where(inside, weight_x * weight_y, 0.0)
-            sampled = sampled + values * weight[..., None]
+    image_index = ops.expand_dims(ops.arange(batch, dtype="int32"), -1)
+    sampled = _sample(images, points[..., 0], points[..., 1], image_index)
     sampled = ops.reshape(sampled, (batch,) + point_shape + (channels,))
     return ops.cast(sampled, dtype)
+
+
+def _sample(images, x, y, image_index):
+    """Bilinear samples of `images` `(n, h, w, channels)` at the points
+    `(x, y)` (two tensors of one shape), the point at `[i]` reading image
+    `image_index[i]` (int32, broadcast to the points' shape); zeros
+    outside the images. Returns the points' shape plus `(channels,)`.
+
+    Each image is padded with one pixel of zeros and turned into a table
+    of its cells: row `(r, c)` holds the 2x2 pixels whose top-left corner
+    is padded pixel `(r, c)`, so that one gather reads the four
+    neighbours of a point. Points whose cell lies beyond the padding are
+    more than a pixel outside and sample zero. The gradient is written
+    by hand: with respect to the coordinates from the four neighbours,
+    read again rather than kept; with respect to the images as a single
+    scatter-add of the cells' weighted upstream gradients, folded back
+    onto the pixels.
+    """
+    num_images, height, width, channels = images.shape
+    if num_images is None:
+        num_images = ops.shape(images)[0]
+    num_cells = (height + 1) * (width + 1)
+
+    def cells(x, y):
+        # Padded coordinates: pixel (0, 0) of the image is (1, 1).
+        x = x + 1.0
+        y = y + 1.0
+        col = ops.floor(x)
+        row = ops.floor(y)
+        wx, wy = x - col, y - row
+        col = ops.cast(col, "int32")
+        row = ops.cast(row, "int32")
+        inside = (col >= 0) & (col <= width) & (row >= 0) & (row <= height)
+        index = (
+            image_index * num_cells
+            + ops.clip(row, 0, height) * (width + 1)
+            + ops.clip(col, 0, width)
+        )
+        return index, inside, wx, wy
+
+    def cell_table(images):
+        padded = ops.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        table = ops.concatenate(
+            [
+                padded[:, :-1, :-1],
+                padded[:, :-1, 1:],
+                padded[:, 1:, :-1],
+                padded[:, 1:, 1:],
+            ],
+            axis=-1,
+        )
+        return ops.reshape(table, (-1, 4 * channels))
+
+    def corner_weights(inside, wx, wy):
+        # Top-left, top-right, bottom-left, bottom-right.
+        return [
+            ops.where(inside, weight, 0.0)
+            for weight in (
+                (1.0 - wx) * (1.0 - wy),
+                wx * (1.0 - wy),
+                (1.0 - wx) * wy,
+                wx * wy,
+            )
+        ]
+
+    def corner(values, i):
+        return values[..., i * channels : (i + 1) * channels]
+
+    @ops.custom_gradient
+    def sample(images, x, y):
+        index, inside, wx, wy = cells(x, y)
+        values = ops.take(cell_table(images), index, axis=0)
+        weights = corner_weights(inside, wx, wy)
+        sampled = 0.0
+        for i, weight in enumerate(weights):
+            sampled = sampled + corner(values, i) * weight[..., None]
+
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            index, inside, wx, wy = cells(x, y)
+            values = ops.take(cell_table(images), index, axis=0)
+            # The upstream gradient dotted with each neighbour, channel
+            # by channel (no reduction for XLA to materialise).
+            dots = []
+            for i in range(4):
+                dot = corner(values, i)[..., 0] * upstream[..., 0]
+                for c in range(1, channels):
+                    dot = dot + corner(values, i)[..., c] * upstream[..., c]
+                dots.append(ops.where(inside, dot, 0.0))
+            top_left, top_right, bottom_left, bottom_right = dots
+            grad_x = (1.0 - wy) * (top_right - top_left) + wy * (
+                bottom_right - bottom_left
+            )
+            grad_y = (1.0 - wx) * (bottom_left - top_left) + wx * (
+                bottom_right - top_right
+            )
+            updates = ops.concatenate(
+                [
+                    weight[..., None] * upstream
+                    for weight in corner_weights(inside, wx, wy)
+                ],
+                axis=-1,
+            )
+            table = ops.scatter_update(
+                ops.zeros((num_images * num_cells, 4 * channels), x.dtype),
+                ops.reshape(index, (-1, 1)),
+                ops.reshape(updates, (-1, 4 * channels)),
+                reduction="add",
+            )
+            table = ops.reshape(
+                table, (num_images, height + 1, width + 1, 4 * channels)
+            )
+            padded = (
+                ops.pad(corner(table, 0), ((0, 0), (0, 1), (0, 1), (0, 0)))
+                + ops.pad(corner(table, 1), ((0, 0), (0, 1), (1, 0), (0, 0)))
+                + ops.pad(corner(table, 2), ((0, 0), (1, 0), (0, 1), (0, 0)))
+                + ops.pad(corner(table, 3), ((0, 0), (1, 0), (1, 0), (0, 0)))
+            )
+            return padded[:, 1:-1, 1:-1], grad_x, grad_y
+
+        return sampled, grad
+
+    return sample(images, x, y)
 
 
 def warp_templates(templates, transforms, output_size):
@@ -232,13 +356,21 @@ def warp_templates(templates, transforms, output_size):
     batch, num_templates = ops.shape(transforms)[:2]
     source_size = tuple(templates.shape[2:4])
     channels = templates.shape[-1]
+    dtype, compute_dtype = compute_dtypes(templates)
     templates = ops.broadcast_to(
-        templates, (batch, num_templates) + tuple(ops.shape(templates)[2:])
+        ops.cast(templates, compute_dtype),
+        (batch, num_templates) + tuple(ops.shape(templates)[2:]),
     )
-    grid = affine_sampling_grid(transforms, output_size, source_size)
-    grid = ops.reshape(grid, (-1,) + output_size + (2,))
     images = ops.reshape(templates, (-1,) + source_size + (channels,))
-    warped = bilinear_sample(images, ops.cast(grid, images.dtype))
-    return ops.reshape(
+    x, y = _source_points(
+        ops.cast(transforms, compute_dtype), output_size, source_size
+    )
+    image_index = ops.reshape(
+        ops.arange(batch * num_templates, dtype="int32"),
+        (batch, num_templates, 1),
+    )
+    warped = _sample(images, x, y, image_index)
+    warped = ops.reshape(
         warped, (batch, num_templates) + output_size + (channels,)
     )
+    return ops.cast(warped, dtype)

@@ -68,6 +68,53 @@ class BilinearSampleTest(TestCase):
             expected = references.scae_resample(image[b], points[b])
             self.assertAllClose(sampled[b], expected, atol=1e-5, rtol=1e-5)
 
+    def test_gradients_match_finite_differences(self):
+        # The hand-written gradient, with respect to the images and to the
+        # points: interior points and points in the fading border ring,
+        # none on a pixel boundary (where the sampling has a kink).
+        image = _random((2, 3, 4, 2), seed=5)
+        points = np.array(
+            [
+                [[0.3, 0.6], [2.7, 1.2], [-0.6, 0.4], [3.4, 2.5]],
+                [[1.5, 1.5], [0.1, -0.3], [2.2, 2.8], [-1.5, 0.5]],
+            ],
+            "float32",
+        )
+        weights = _random((2, 4, 2), seed=6)
+
+        def reference(image, points):
+            return sum(
+                np.sum(
+                    references.scae_resample(image[b], points[b]) * weights[b]
+                )
+                for b in range(2)
+            )
+
+        grad_image = gradients.gradient(
+            lambda x: ops.sum(
+                ops.multiply(bilinear_sample(x, points), weights)
+            ),
+            image,
+        )
+        grad_points = gradients.gradient(
+            lambda p: ops.sum(ops.multiply(bilinear_sample(image, p), weights)),
+            points,
+        )
+        self.assertAllClose(
+            grad_image,
+            gradients.finite_difference(lambda x: reference(x, points), image),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+        self.assertAllClose(
+            grad_points,
+            gradients.finite_difference(lambda p: reference(image, p), points),
+            atol=1e-4,
+            rtol=1e-4,
+        )
+        # The point 1.5 pixels outside has no gradient.
+        self.assertAllClose(grad_points[1, 3], np.zeros(2))
+
     def test_half_precision(self):
         image = ops.cast(_random((1, 4, 4, 1)), "float16")
         sampled = bilinear_sample(image, np.full((1, 2, 2), 1.5, "float32"))
@@ -120,6 +167,28 @@ class WarpTemplatesTest(TestCase):
         self.assertAllFinite(grad)
         self.assertGreater(np.abs(grad).min(), 1e-3)
         self.assertAllClose(grad, expected, atol=2e-3, rtol=2e-3)
+
+    @parameterized.named_parameters(
+        ("shared_templates", 1), ("per_example_templates", 2)
+    )
+    def test_gradient_with_respect_to_the_templates(self, template_batch):
+        templates = np.abs(_random((template_batch, 2, 4, 5, 2), seed=7))
+        transforms = _poses((2, 2, 6), seed=8)
+        weights = _random((2, 2, 9, 8, 2), seed=9)
+        grad = gradients.gradient(
+            lambda t: ops.sum(
+                ops.multiply(warp_templates(t, transforms, (9, 8)), weights)
+            ),
+            templates,
+        )
+        expected = gradients.finite_difference(
+            lambda t: np.sum(
+                references.scae_warp_templates(t, transforms, (9, 8)) * weights
+            ),
+            templates,
+        )
+        self.assertGreater(np.abs(expected).max(), 1e-2)
+        self.assertAllClose(grad, expected, atol=1e-4, rtol=1e-4)
 
     def test_rejects_bad_shapes(self):
         with self.assertRaisesRegex(ValueError, "templates.shape"):
