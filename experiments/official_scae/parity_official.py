@@ -309,12 +309,12 @@ def check_mapping(variables, init):
         raise SystemExit("MAPPING is wrong:\n  " + "\n  ".join(problems))
 
 
-def build(batch_size, size):
+def build(batch_size, size, noise=False):
     flags.FLAGS(["parity_official.py"] + RUN_MNIST, known_only=True)
     config = flags.FLAGS
     model_dict = model_config.get(config)
     model, opt = model_dict.model, model_dict.opt
-    # The presence noise off. The part encoder adds it when its
+    # The presence noise off (unless `noise`). The part encoder adds it when its
     # noise_scale (primary.py:49, 108-110; make_scae does not set it, so
     # 4.) is positive; the object decoder's CapsuleLayer adds none when
     # noise_type is None (capsule.py:153-172; make_scae passes
@@ -325,9 +325,10 @@ def build(batch_size, size):
         or capsule_kwargs.get("noise_type") != "uniform"
     ):
         raise SystemExit("the official noise settings are not as expected")
-    model._primary_encoder._noise_scale = 0.0
-    capsule_kwargs["noise_type"] = None
-    capsule_kwargs["noise_scale"] = 0.0
+    if not noise:
+        model._primary_encoder._noise_scale = 0.0
+        capsule_kwargs["noise_type"] = None
+        capsule_kwargs["noise_scale"] = 0.0
 
     global_step = tf.train.get_or_create_global_step()
     batch = {

@@ -1,0 +1,135 @@
+"""Seconds per training step of the package's SCAE, timed as
+`step_time_official.py` times the official code.
+
+`StackedCapsuleAutoencoder.from_preset("scae_mnist")` with `compile()`'s
+defaults (XLA on TensorFlow and JAX), `--steps` timed `train_on_batch`
+calls on one fixed batch of random 40x40 canvases (with labels, for the
+probes) after `--warmup` untimed ones (the first compiles). With
+`--threads 1` TensorFlow and XLA use one thread (set before Keras is
+imported); pin the process as the official one (`taskset -c 0`). Also
+times a float32 matmul of 2048x2048 matrices with the same backend and
+threads (the machine's matmul rate, GFLOP/s). With `--flops` (JAX) it
+adds XLA's count of the arithmetic of one step (the loss and its
+gradient, compiled as one function). Prints one JSON line.
+
+    KERAS_BACKEND=tensorflow taskset -c 0 python step_time_ours.py \\
+        --threads 1
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--flops", action="store_true")
+    return parser.parse_args()
+
+
+def limit_threads(threads):
+    """One-thread settings for TensorFlow, XLA, PyTorch and NumPy."""
+    if threads is None:
+        return
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["TF_NUM_INTRAOP_THREADS"] = str(threads)
+    os.environ["TF_NUM_INTEROP_THREADS"] = str(threads)
+    if threads == 1:
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "")
+            + " --xla_cpu_multi_thread_eigen=false"
+            + " intra_op_parallelism_threads=1"
+        )
+
+
+def matmul_rate(ops, size=2048, repeats=5):
+    a = ops.ones((size, size))
+    b = ops.ones((size, size))
+    ops.convert_to_numpy(ops.matmul(a, b))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        ops.convert_to_numpy(ops.matmul(a, b))
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def step_gflop(model, images, labels):
+    """XLA's floating-point operations of the loss and its gradient (JAX)."""
+    import jax
+
+    def loss(trainable, non_trainable):
+        outputs, _ = model.stateless_call(
+            trainable, non_trainable, images, training=True
+        )
+        return model.loss(labels, outputs)
+
+    step = jax.jit(jax.value_and_grad(loss))
+    cost = step.lower(
+        [v.value for v in model.trainable_variables],
+        [v.value for v in model.non_trainable_variables],
+    )
+    cost = cost.compile().cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0]
+    return cost["flops"] / 1e9
+
+
+def main():
+    args = parse_args()
+    limit_threads(args.threads)
+    import keras
+    import numpy as np
+    from keras import ops
+
+    if args.threads is not None and keras.backend.backend() == "torch":
+        import torch
+
+        torch.set_num_threads(args.threads)
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+    import keras_capsules
+
+    rng = np.random.default_rng(0)
+    images = rng.uniform(size=(args.batch_size, 40, 40, 1)).astype("float32")
+    labels = rng.integers(0, 10, size=args.batch_size)
+    keras.utils.set_random_seed(0)
+    model = keras_capsules.models.StackedCapsuleAutoencoder.from_preset(
+        "scae_mnist"
+    )
+    model.compile()
+    for _ in range(args.warmup):
+        model.train_on_batch(images, labels)
+    seconds = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        model.train_on_batch(images, labels)
+        seconds.append(time.perf_counter() - start)
+    result = {}
+    if args.flops:
+        result["xla_gflop_per_step"] = round(
+            step_gflop(model, images, labels), 2
+        )
+    print(
+        json.dumps(
+            {
+                **result,
+                "code": "ours",
+                "backend": keras.backend.backend(),
+                "threads": args.threads,
+                "batch_size": args.batch_size,
+                "median_seconds": float(np.median(seconds)),
+                "seconds": [round(s, 4) for s in seconds],
+                "matmul_gflops": round(matmul_rate(ops), 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
