@@ -21,9 +21,9 @@ _NOISY_COMPILE = (
 )
 
 
-def _model(noise_scale=4.0):
+def _model(noise_scale=4.0, **kwargs):
     return StackedCapsuleAutoencoder(
-        **scae_cases.SMALL_MODEL, noise_scale=noise_scale
+        **scae_cases.SMALL_MODEL, noise_scale=noise_scale, **kwargs
     )
 
 
@@ -65,9 +65,9 @@ def _fit(model, **kwargs):
     ).history
 
 
-def _twin(model, noise_scale=4.0):
+def _twin(model, noise_scale=4.0, **kwargs):
     """A model of the same weights and noise generator states."""
-    twin = _model(noise_scale)
+    twin = _model(noise_scale, **kwargs)
     twin.set_weights(model.get_weights())
     for state, name in zip(_seed_states(model), _NOISY):
         twin.get_layer(name).seed_generator.state.assign(state)
@@ -139,3 +139,21 @@ class TrainingStateTest(TestCase):
         compiled.compile()
         eager.compile(run_eagerly=True)
         self.assertSameRun(compiled, eager, [_fit(compiled), _fit(eager)])
+
+    def test_the_fast_configurations_warm_up_in_a_compiled_fit(self):
+        # `presence_masking="log"` compiles the warm-up schedule: inside a
+        # compiled `fit` (XLA where it is the default) the optimizer's step
+        # count and rate follow it, and on TensorFlow and PyTorch the run
+        # is the same as an eager one.
+        compiled = _model(noise_scale=0.0, presence_masking="log")
+        eager = _twin(compiled, noise_scale=0.0, presence_masking="log")
+        compiled.compile()
+        history = _fit(compiled)
+        self.assertEqual(int(compiled.optimizer.iterations), 4)
+        self.assertAllClose(
+            float(compiled.optimizer.learning_rate), 3e-4 * 4 / 100
+        )
+        if keras.backend.backend() == "jax":
+            return
+        eager.compile(run_eagerly=True)
+        self.assertSameRun(compiled, eager, [history, _fit(eager)])

@@ -221,6 +221,28 @@ class StackedCapsuleAutoencoderTest(TestCase):
             model.loss.get_config(), model.default_loss().get_config()
         )
 
+    def test_the_fast_configuration_and_its_compile_defaults(self):
+        entry = StackedCapsuleAutoencoder.presets["scae_mnist_fast"]
+        self.assertFalse(entry["trained"])
+        self.assertEqual(dict(entry["config"]), {"presence_masking": "log"})
+        model = _small(presence_masking="log")
+        model.compile(total_steps=100)
+        optimizer = model.optimizer
+        self.assertIsInstance(optimizer, RMSprop)
+        self.assertEqual(optimizer.rho, 0.9)
+        self.assertEqual(optimizer.momentum, 0.9)
+        self.assertEqual(optimizer.initial_velocity, 1.0)
+        self.assertAllClose(optimizer.epsilon, 1e-2 / 128**2)
+        # 3e-4 reached linearly over 100 steps, then held.
+        schedule = keras.optimizers.schedules.deserialize(
+            optimizer.get_config()["learning_rate"]
+        )
+        steps = [0, 1, 50, 99, 100, 101, 5000, 300000]
+        expected = [3e-4 * min(step, 100) / 100 for step in steps]
+        self.assertAllClose(
+            [float(schedule(step)) for step in steps], expected, rtol=1e-6
+        )
+
     def test_compile_rejects_a_loss_it_cannot_use(self):
         model = _small()
         with self.assertRaisesRegex(ValueError, "loss='mse'"):
