@@ -314,9 +314,9 @@ def build(batch_size, size, noise=False):
     config = flags.FLAGS
     model_dict = model_config.get(config)
     model, opt = model_dict.model, model_dict.opt
-    # The presence noise off (unless `noise`). The part encoder adds it when its
-    # noise_scale (primary.py:49, 108-110; make_scae does not set it, so
-    # 4.) is positive; the object decoder's CapsuleLayer adds none when
+    # The presence noise off unless `noise`. The part encoder adds it
+    # when its noise_scale (primary.py:49, 108-110; make_scae does not set
+    # it, so 4.) is positive; the object decoder's CapsuleLayer adds none when
     # noise_type is None (capsule.py:153-172; make_scae passes
     # noise_type='uniform', noise_scale=4., model_config.py:141-142).
     capsule_kwargs = model._decoder._capsule_kwargs

@@ -169,6 +169,11 @@ def bilinear_sample(images, coordinates):
     return ops.cast(sampled, dtype)
 
 
+# The (row, column) offsets of a cell's four pixels from its top-left
+# one, in the order of the cell table's columns.
+_CORNERS = ((0, 0), (0, 1), (1, 0), (1, 1))
+
+
 def _sample(images, x, y, image_index):
     """Bilinear samples of `images` `(n, h, w, channels)` at the points
     `(x, y)` (two tensors of one shape), the point at `[i]` reading image
@@ -211,25 +216,19 @@ def _sample(images, x, y, image_index):
         padded = ops.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)))
         table = ops.concatenate(
             [
-                padded[:, :-1, :-1],
-                padded[:, :-1, 1:],
-                padded[:, 1:, :-1],
-                padded[:, 1:, 1:],
+                padded[:, dr : dr + height + 1, dc : dc + width + 1]
+                for dr, dc in _CORNERS
             ],
             axis=-1,
         )
         return ops.reshape(table, (-1, 4 * channels))
 
     def corner_weights(inside, wx, wy):
-        # Top-left, top-right, bottom-left, bottom-right.
         return [
-            ops.where(inside, weight, 0.0)
-            for weight in (
-                (1.0 - wx) * (1.0 - wy),
-                wx * (1.0 - wy),
-                (1.0 - wx) * wy,
-                wx * wy,
+            ops.where(
+                inside, (wx if dc else 1.0 - wx) * (wy if dr else 1.0 - wy), 0.0
             )
+            for dr, dc in _CORNERS
         ]
 
     def corner(values, i):
@@ -280,11 +279,13 @@ def _sample(images, x, y, image_index):
             table = ops.reshape(
                 table, (num_images, height + 1, width + 1, 4 * channels)
             )
-            padded = (
-                ops.pad(corner(table, 0), ((0, 0), (0, 1), (0, 1), (0, 0)))
-                + ops.pad(corner(table, 1), ((0, 0), (0, 1), (1, 0), (0, 0)))
-                + ops.pad(corner(table, 2), ((0, 0), (1, 0), (0, 1), (0, 0)))
-                + ops.pad(corner(table, 3), ((0, 0), (1, 0), (1, 0), (0, 0)))
+            # The adjoint of `cell_table`: each corner back to its pixel.
+            padded = sum(
+                ops.pad(
+                    corner(table, i),
+                    ((0, 0), (dr, 1 - dr), (dc, 1 - dc), (0, 0)),
+                )
+                for i, (dr, dc) in enumerate(_CORNERS)
             )
             return padded[:, 1:-1, 1:-1], grad_x, grad_y
 
