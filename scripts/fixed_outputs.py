@@ -465,23 +465,28 @@ def _scae_outputs(reference=None):
             keras.utils.set_random_seed(0)
             model = _scae_model()
             if reference is not None:
-                # By path below the model's name: the order of the weights
-                # may differ between versions.
+                # By path below the model's name (which some Keras
+                # versions put in front): the order of the weights may
+                # differ between versions.
+                prefix = f"{model.name}/"
+
+                def below_model(path):
+                    path = str(path)
+                    if path.startswith(prefix):
+                        return path[len(prefix) :]
+                    return path
+
                 saved = dict(
                     zip(
                         [
-                            path.split("/", 1)[1]
+                            below_model(path)
                             for path in reference["scae_model_weight_paths"]
                         ],
                         _saved_weights(reference, "scae_model"),
                     )
                 )
-                prefix = f"{model.name}/"
                 for weight in model.weights:
-                    path = weight.path
-                    if path.startswith(prefix):
-                        path = path[len(prefix) :]
-                    weight.assign(saved[path])
+                    weight.assign(saved[below_model(weight.path)])
             if step == "default" and not with_labels:
                 weights = model.get_weights()
                 out["scae_model_weights"] = [np.asarray(len(weights))]

@@ -12,8 +12,9 @@ pad and count positions through here, so they agree.
 Folds and strided tilings take and give tiles in either of two orders,
 objects that know their axes: `OFFSETS_LAST`, `(batch, out_h, out_w,
 kernel_h, kernel_w, channels)` as `extract_capsule_patches` gives them,
-and `OFFSETS_FIRST`, `(kernel_h, kernel_w, batch, out_h, out_w,
-channels)`, in which the children-first EM layout needs no transpose.
+and `OFFSETS_FIRST`, `(kernel_h, kernel_w, *leading, out_h, out_w,
+channels)`, in which the children-first EM layout needs no transpose and
+the batch (among the leading axes) is never merged with another axis.
 
 Constants are built from Keras ops, not NumPy: under `torch.compile`
 (`jit_compile=True` on PyTorch) NumPy arrays turned into tensors break the
@@ -143,30 +144,53 @@ class OffsetsLast:
     # The output-position and kernel-offset axes: every entry of a channel.
     window_axes = (1, 2, 3, 4)
 
-    def merged_channels(self, kernel_size, channels):
-        return kernel_size[0] * kernel_size[1] * channels
+    def spread_offsets(self, tiles, geometry, fill):
+        """`(u, v, spread)` for every kernel offset: the tiles of offset
+        `(u, v)` spread onto the stride grid, `(batch, spread_h, spread_w,
+        channels)`.
 
-    def spread_shape(self, kernel_size, spread_size, channels):
-        return (-1,) + spread_size + kernel_size + (channels,)
-
-    def offset(self, spread, u, v):
-        return spread[:, :, :, u, v]
+        The tiles are spread once, the other axes merged into the
+        channels (TensorFlow pads tensors of rank 8 at most), and each
+        offset is then one slice.
+        """
+        (kernel_h, kernel_w), channels = geometry.kernel_size, tiles.shape[-1]
+        spread_h, spread_w = spread_size(geometry)
+        spread = ops.reshape(
+            tiles, (-1,) + geometry.out_size + (kernel_h * kernel_w * channels,)
+        )
+        spread = _dilate(spread, geometry.strides, fill)
+        spread = ops.reshape(
+            spread[:, :spread_h, :spread_w],
+            (-1, spread_h, spread_w, kernel_h, kernel_w, channels),
+        )
+        for u in range(kernel_h):
+            for v in range(kernel_w):
+                yield u, v, spread[:, :, :, u, v]
 
 
 class OffsetsFirst:
-    """Tiles `(kernel_h, kernel_w, batch, out_h, out_w, channels)`."""
+    """Tiles `(kernel_h, kernel_w, *leading, out_h, out_w, channels)`.
+
+    The leading axes (the batch, and axes that travel with it, such as
+    EM routing's input types) are never merged with the kernel or grid
+    axes: under data parallelism the batch axis stays split over the
+    devices, where a reshape that merged it behind another axis would
+    make XLA gather the whole batch on every device.
+    """
 
     offset_axis = 0
-    window_axes = (0, 1, 3, 4)
+    window_axes = (0, 1, -3, -2)
 
-    def merged_channels(self, kernel_size, channels):
-        return channels
-
-    def spread_shape(self, kernel_size, spread_size, channels):
-        return kernel_size + (-1,) + spread_size + (channels,)
-
-    def offset(self, spread, u, v):
-        return spread[u, v]
+    def spread_offsets(self, tiles, geometry, fill):
+        """`(u, v, spread)` for every kernel offset: the tiles of offset
+        `(u, v)` spread onto the stride grid, `(*leading, spread_h,
+        spread_w, channels)`, one offset at a time."""
+        kernel_h, kernel_w = geometry.kernel_size
+        spread_h, spread_w = spread_size(geometry)
+        for u in range(kernel_h):
+            for v in range(kernel_w):
+                spread = _dilate(tiles[u, v], geometry.strides, fill)
+                yield u, v, spread[_grid_index(spread, spread_h, spread_w)]
 
 
 OFFSETS_LAST = OffsetsLast()
@@ -215,59 +239,58 @@ def coverage_counts(geometry, dtype):
     return fold_tiles(ones, geometry, "sum", OFFSETS_LAST)
 
 
+def spread_size(geometry):
+    """`(spread_h, spread_w)`: the rows and columns of the stride grid
+    that the output positions of a `Tiling` span."""
+    (out_h, out_w), (stride_h, stride_w) = geometry.out_size, geometry.strides
+    return (out_h - 1) * stride_h + 1, (out_w - 1) * stride_w + 1
+
+
 def fold_tiles(tiles, geometry, reduction, order):
     """`fold_capsule_patches` of tiles with one channel axis, in `order`
     (`OFFSETS_LAST` or `OFFSETS_FIRST`), by a `Tiling`: `(batch, height,
-    width, channels)`.
+    width, channels)` (`OFFSETS_FIRST`: `(*leading, height, width,
+    channels)`).
     """
-    grid_size, kernel_size, strides = (
-        geometry.grid_size,
-        geometry.kernel_size,
-        geometry.strides,
-    )
-    (out_h, out_w) = geometry.out_size
+    grid_size = geometry.grid_size
     pad_top, pad_bottom, pad_left, pad_right = geometry.pads
-    channels = tiles.shape[-1]
     padded_h = grid_size[0] + pad_top + pad_bottom
     padded_w = grid_size[1] + pad_left + pad_right
     # For "max", shifted-in filler must never win against a real entry, so
     # it is the most negative finite value of the dtype (never -inf, whose
     # product with a zero mask would be NaN).
     fill = 0.0 if reduction == "sum" else _lowest_finite(tiles.dtype)
-    spread_h = (out_h - 1) * strides[0] + 1
-    spread_w = (out_w - 1) * strides[1] + 1
-    kernel_h, kernel_w = kernel_size
+    spread_h, spread_w = spread_size(geometry)
 
-    # Spread the tiles onto the stride grid once (the other axes merged, as
-    # TensorFlow pads tensors of rank 8 at most); each kernel offset is then
-    # one slice and one pad.
-    merged = order.merged_channels(kernel_size, channels)
-    spread = ops.reshape(tiles, (-1, out_h, out_w, merged))
-    spread = _dilate(spread, strides, fill)[:, :spread_h, :spread_w]
-    spread = ops.reshape(
-        spread, order.spread_shape(kernel_size, (spread_h, spread_w), channels)
-    )
+    # Each kernel offset's tiles, spread onto the stride grid, are one pad
+    # away from their place on the padded grid.
     folded = None
-    for u in range(kernel_h):
-        for v in range(kernel_w):
-            x = pad(
-                order.offset(spread, u, v),
-                [
-                    (0, 0),
-                    (u, padded_h - u - spread_h),
-                    (v, padded_w - v - spread_w),
-                    (0, 0),
-                ],
-                constant_values=fill,
-            )
-            if folded is None:
-                folded = x
-            elif reduction == "sum":
-                folded = folded + x
-            else:
-                folded = ops.maximum(folded, x)
+    for u, v, spread in order.spread_offsets(tiles, geometry, fill):
+        leading = [(0, 0)] * (len(spread.shape) - 3)
+        x = pad(
+            spread,
+            leading
+            + [
+                (u, padded_h - u - spread_h),
+                (v, padded_w - v - spread_w),
+                (0, 0),
+            ],
+            constant_values=fill,
+        )
+        if folded is None:
+            folded = x
+        elif reduction == "sum":
+            folded = folded + x
+        else:
+            folded = ops.maximum(folded, x)
     folded = folded[
-        :, pad_top : pad_top + grid_size[0], pad_left : pad_left + grid_size[1]
+        _grid_index(
+            folded,
+            grid_size[0],
+            grid_size[1],
+            start_h=pad_top,
+            start_w=pad_left,
+        )
     ]
     if reduction == "max":
         covered = coverage_counts(geometry, folded.dtype)
@@ -276,8 +299,9 @@ def fold_tiles(tiles, geometry, reduction, order):
 
 
 def tile_by_slices(x, geometry, order):
-    """The tiles of `(batch, height, width, channels)` by a `Tiling`, in
-    `order`, as one strided slice per kernel offset.
+    """The tiles of `(*leading, height, width, channels)` by a `Tiling`,
+    in `order`, as one strided slice per kernel offset (`OFFSETS_LAST`
+    takes one leading axis, the batch).
 
     For the small child-level tensors of the overlapping EM
     normalisations: their gradient is then a pad per offset, where the
@@ -285,38 +309,52 @@ def tile_by_slices(x, geometry, order):
     gradient of a strided convolution, which XLA runs slowly on CPU.
     """
     kernel_size, strides = geometry.kernel_size, geometry.strides
-    (out_h, out_w) = geometry.out_size
     pad_top, pad_bottom, pad_left, pad_right = geometry.pads
     if pad_top or pad_bottom or pad_left or pad_right:
         x = pad(
-            x, ((0, 0), (pad_top, pad_bottom), (pad_left, pad_right), (0, 0))
+            x,
+            [(0, 0)] * (len(x.shape) - 3)
+            + [(pad_top, pad_bottom), (pad_left, pad_right), (0, 0)],
         )
-    span_h = (out_h - 1) * strides[0] + 1
-    span_w = (out_w - 1) * strides[1] + 1
+    span_h, span_w = spread_size(geometry)
     rows = []
     for u in range(kernel_size[0]):
         row = [
-            x[:, u : u + span_h : strides[0], v : v + span_w : strides[1]]
+            x[_grid_index(x, span_h, span_w, u, v, strides)]
             for v in range(kernel_size[1])
         ]
         rows.append(ops.stack(row, axis=order.offset_axis))
     return ops.stack(rows, axis=order.offset_axis)
 
 
+def _grid_index(x, height, width, start_h=0, start_w=0, strides=(1, 1)):
+    """The index of `x[..., start_h : start_h + height : stride_h,
+    start_w : start_w + width : stride_w, :]`, the grid axes third and
+    second from last, written out (every backend and symbolic tensors
+    take it)."""
+    return (slice(None),) * (len(x.shape) - 3) + (
+        slice(start_h, start_h + height, strides[0]),
+        slice(start_w, start_w + width, strides[1]),
+        slice(None),
+    )
+
+
 def _dilate(x, strides, fill):
-    """Spreads `(batch, h, w, ...)` to a stride grid, `fill` in between."""
+    """Spreads `(*leading, h, w, channels)` to a stride grid, `fill` in
+    between; no leading axis is merged with another."""
     if strides == (1, 1):
         return x
-    _, h, w, *trailing = x.shape
-    x = x[:, :, None, :, None]
+    *leading, h, w, channels = x.shape
+    x = ops.expand_dims(ops.expand_dims(x, -2), -4)
     x = pad(
         x,
-        [(0, 0), (0, 0), (0, strides[0] - 1), (0, 0), (0, strides[1] - 1)]
-        + [(0, 0)] * len(trailing),
+        [(0, 0)] * len(leading)
+        + [(0, 0), (0, strides[0] - 1), (0, 0), (0, strides[1] - 1), (0, 0)],
         constant_values=fill,
     )
+    leading = tuple(-1 if size is None else size for size in leading)
     return ops.reshape(
-        x, (-1, h * strides[0], w * strides[1]) + tuple(trailing)
+        x, leading + (h * strides[0], w * strides[1], channels)
     )
 
 

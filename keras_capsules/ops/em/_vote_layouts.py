@@ -103,12 +103,15 @@ class ChildrenFirst(VoteLayout):
 
     def tiles(self, x):
         """Child-level `x` with a trailing type axis -> tiles in
-        `tile_order`, `(kernel_h, kernel_w, batch', out_h, out_w, types)`:
-        each input type joins the batch axis, and nothing is transposed."""
+        `tile_order`, `(kernel_h, kernel_w, num_in, batch, out_h, out_w,
+        types)`: the children axis split, nothing transposed, and the
+        batch kept an axis of its own, so that it stays split over the
+        devices under data parallelism."""
         kernel_h, kernel_w = self.geometry.kernel_size
         out_h, out_w = self.geometry.out_size
         return ops.reshape(
-            x, (kernel_h, kernel_w, -1, out_h, out_w, x.shape[-1])
+            x,
+            (kernel_h, kernel_w, self.num_in, -1, out_h, out_w, x.shape[-1]),
         )
 
     def from_tiles(self, tiles, types):
