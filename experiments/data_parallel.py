@@ -1,27 +1,42 @@
-"""Data-parallel training of CapsNet and MatrixCapsNet on several devices.
+"""Data-parallel training of the capsule networks on several devices.
 
 Trains `keras_capsules.models.CapsNet` (Sabour et al., 2017,
-https://arxiv.org/abs/1710.09829) or `keras_capsules.models.MatrixCapsNet`
-(Hinton et al., 2018, https://openreview.net/forum?id=HJWLfGWRb) with the
-data-parallel engines Keras supports: `tf.distribute.MirroredStrategy` on
-TensorFlow and `keras.distribution.DataParallel` on JAX. Every device holds
-a copy of the weights and takes an equal slice of each batch; the gradients
-are summed across devices, so one step on N devices is one step on the
-whole batch. PyTorch has no data-parallel engine in Keras: the script stops
-there with an error.
+https://arxiv.org/abs/1710.09829), `EfficientCapsNet` (Mazzia et al.,
+2021), `MatrixCapsNet` (Hinton et al., 2018,
+https://openreview.net/forum?id=HJWLfGWRb) or `StackedCapsuleAutoencoder`
+(Kosiorek et al., 2019) with the data-parallel engines Keras supports:
+`tf.distribute.MirroredStrategy` on TensorFlow and
+`keras.distribution.DataParallel` on JAX. Every device holds a copy of the
+weights and takes an equal slice of each batch; the gradients are summed
+across devices, so one step on N devices is one step on the whole batch.
+PyTorch has no data-parallel engine in Keras: the script stops there with
+an error.
 
-The data is the MNIST sample shipped with the package (both models take
-28x28 digits). `--cpu-devices N` splits the host CPU into N logical
+The data is the MNIST sample shipped with the package (every network
+takes the 28x28 digits). `--cpu-devices N` splits the host CPU into N logical
 devices, to try everything without accelerators.
 
 `--check` trains the same initial weights on the same batches (no
 shuffling, plain SGD) twice, on the devices and on a single device, and
 ends its output with one JSON line: the backend, the replicas of both runs,
 the largest weight difference between them, whether every replica holds
-the same value of every variable, and both loss histories. Without
-`--check` the script trains, prints the progress of `fit`, saves the model
-as `<model>.keras` in `--output-dir` and checks that the reloaded model
-predicts the same.
+the same value of every variable, and both loss histories.
+
+`--collectives` (JAX) compiles the data-parallel train, evaluate and
+predict steps at each global batch of `--batch-sizes`, runs each once and
+reads XLA's optimized HLO of exactly those steps (dumped with
+`--xla_dump_to`): it ends its output with one JSON line giving, for every
+step and batch, the collectives by kind, the bytes their results hold, and
+the shape of each device's share of the input; and, from one step of
+plain SGD at the first batch on the devices and on a single device, both
+losses and the largest weight difference. A data-parallel step should hold
+only all-reduces (of gradients, metrics and batch statistics), whose bytes
+do not grow with the batch, and each device should see its share.
+`--model` takes several networks there, checked one after the other.
+
+Without `--check` or `--collectives` the script trains, prints the
+progress of `fit`, saves the model as `<model>.keras` in `--output-dir`
+and checks that the reloaded model predicts the same.
 
 Usage:
     # Every GPU of the machine.
@@ -30,6 +45,10 @@ Usage:
     KERAS_BACKEND=tensorflow python experiments/data_parallel.py \\
         --model matrix_capsnet --cpu-devices 2 --preset tiny --steps 3 \\
         --batch-size 8 --check
+    # The collectives of the compiled steps of the paper's network.
+    KERAS_BACKEND=jax python experiments/data_parallel.py \\
+        --model matrix_capsnet --cpu-devices 2 --collectives \\
+        --batch-sizes 8 16
     # Check that everything runs.
     python experiments/data_parallel.py --smoke
 
@@ -38,10 +57,33 @@ Set the backend with `KERAS_BACKEND=jax|tensorflow`.
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
+import tempfile
 
 SUPPORTED_BACKENDS = ("tensorflow", "jax")
+MODELS = (
+    "capsnet",
+    "efficient_capsnet",
+    "matrix_capsnet",
+    "stacked_capsule_autoencoder",
+)
+# The compiled steps of Keras's JAX trainer, by the names XLA gives their
+# modules.
+STEPS = ("train_step", "test_step", "predict_step")
+# Every collective opcode of XLA's HLO; a data-parallel step should hold
+# only the first.
+COLLECTIVES = (
+    "all-reduce",
+    "all-gather",
+    "all-to-all",
+    "collective-permute",
+    "reduce-scatter",
+    "collective-broadcast",
+    "ragged-all-to-all",
+)
 
 SMOKE_STEPS = 2
 SMOKE_BATCH_SIZE = 8
@@ -50,10 +92,14 @@ SMOKE_BATCH_SIZE = 8
 def parse_args(argv=None):
     """Parses the command line; nothing here may import a framework."""
     parser = argparse.ArgumentParser(
-        description="Data-parallel training of CapsNet or MatrixCapsNet."
+        description="Data-parallel training of the capsule networks."
     )
     parser.add_argument(
-        "--model", choices=("capsnet", "matrix_capsnet"), default="capsnet"
+        "--model",
+        choices=MODELS,
+        nargs="+",
+        default=["capsnet"],
+        help="The network; --collectives takes several, one after the other.",
     )
     parser.add_argument(
         "--devices",
@@ -105,6 +151,19 @@ def parse_args(argv=None):
         help="Compare with single-device training and print a JSON line.",
     )
     parser.add_argument(
+        "--collectives",
+        action="store_true",
+        help="(JAX) Count the collectives in the optimized HLO of the "
+        "compiled train, evaluate and predict steps and print a JSON line.",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=(8, 16),
+        help="The global batches of --collectives.",
+    )
+    parser.add_argument(
         "--output-dir",
         default=None,
         help="Where to save the trained model, <model>.keras. Defaults to "
@@ -128,22 +187,111 @@ def parse_args(argv=None):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")
-    if args.batch_size < 1 or args.epochs < 1:
-        parser.error("--batch-size and --epochs must be positive")
+    if args.batch_size < 1 or args.epochs < 1 or min(args.batch_sizes) < 1:
+        parser.error("--batch-size(s) and --epochs must be positive")
+    if args.check and args.collectives:
+        parser.error("--check and --collectives are separate runs")
+    if not args.collectives:
+        if len(args.model) > 1:
+            parser.error("only --collectives takes several --model")
+        (args.model,) = args.model
     if args.output_dir is None:
         args.output_dir = os.path.join("runs", f"data_parallel_{args.model}")
     return args
 
 
-def force_cpu_devices(count):
-    """Makes XLA on the host platform show `count` CPU devices to JAX.
+def add_xla_flags(*flags):
+    """Appends `flags` to `XLA_FLAGS`.
 
     Must run before JAX creates its CPU client, hence before Keras is
-    imported. TensorFlow and PyTorch ignore the flag (TensorFlow gets its
-    logical devices in `tensorflow_devices`).
+    imported. TensorFlow and PyTorch ignore the device count (TensorFlow
+    gets its logical devices in `tensorflow_devices`).
     """
-    flag = f"--xla_force_host_platform_device_count={count}"
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}"
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ.get("XLA_FLAGS", ""), *flags]
+    ).strip()
+
+
+def force_cpu_devices(count):
+    """Makes XLA on the host platform show `count` CPU devices to JAX."""
+    add_xla_flags(f"--xla_force_host_platform_device_count={count}")
+
+
+def dump_steps_hlo(directory):
+    """Makes XLA write the HLO of the compiled steps (`STEPS`) as text into
+    `directory`, before and after its optimizations."""
+    add_xla_flags(
+        f"--xla_dump_to={directory}",
+        "--xla_dump_hlo_as_text",
+        f"--xla_dump_hlo_module_re=jit_({'|'.join(STEPS)})",
+    )
+
+
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2}
+_BYTES.update({"u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8})
+_BYTES.update({"u64": 8, "c64": 8, "c128": 16})
+_ARRAY = re.compile(r"\b([a-z]+[0-9]*)\[([0-9,]*)\]")
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT )?%\S+ = (?P<type>.*?) "
+    r"(?P<op>" + "|".join(COLLECTIVES) + r")(?:-start)?\("
+)
+# Keras's JAX trainer passes the batch as `data` (predict) or `data[i]`.
+_DATA_PARAMETER = re.compile(
+    r"= (?P<type>\S+) parameter\([0-9]+\).*op_name=\"data[\"\[]"
+)
+
+
+def _arrays(hlo_type):
+    """`[(dtype, shape)]` of an HLO result type (an array or a tuple)."""
+    hlo_type = re.sub(r"/\*.*?\*/", "", hlo_type)
+    return [
+        (dtype, tuple(int(d) for d in dims.split(",") if d))
+        for dtype, dims in _ARRAY.findall(hlo_type)
+    ]
+
+
+def read_collectives(hlo_text):
+    """The collectives of one optimized HLO module, and its inputs.
+
+    Returns a dict: `collectives`, the count of each opcode of
+    `COLLECTIVES` found (`-start` of an asynchronous pair counted once);
+    `bytes`, what their results hold in all; and `data_shapes`, the shape
+    of each of the step's data inputs (`data[...]` in Keras's JAX
+    trainer) as one device receives it.
+    """
+    counts = {}
+    total = 0
+    data_shapes = []
+    for line in hlo_text.splitlines():
+        match = _INSTRUCTION.match(line)
+        if match:
+            op = match.group("op")
+            counts[op] = counts.get(op, 0) + 1
+            for dtype, shape in _arrays(match.group("type")):
+                total += _BYTES.get(dtype, 4) * math.prod(shape)
+            continue
+        match = _DATA_PARAMETER.search(line)
+        if match:
+            data_shapes += [list(shape) for _, shape in _arrays(match["type"])]
+    return {"collectives": counts, "bytes": total, "data_shapes": data_shapes}
+
+
+def new_step_modules(directory, seen):
+    """`{step: [read_collectives(...), ...]}` of the optimized modules of
+    `STEPS` dumped into `directory` and not in `seen` (updated)."""
+    found = {}
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith("after_optimizations.txt") or name in seen:
+            continue
+        seen.add(name)
+        step = next((s for s in STEPS if f"jit_{s}." in name), None)
+        if step is None:
+            continue
+        with open(os.path.join(directory, name)) as f:
+            record = read_collectives(f.read())
+        if record not in found.setdefault(step, []):
+            found[step].append(record)
+    return found
 
 
 def tensorflow_devices(args):
@@ -360,10 +508,105 @@ def check(engine, single, args, x, y):
     return report
 
 
+def collectives(engine, single, args, x, y, directory):
+    """For each model of `--model`: compiles its train, evaluate and
+    predict steps under `engine` at each global batch of `--batch-sizes`,
+    runs each once and reads their optimized HLO dumped into `directory`;
+    at the first batch it also trains one step from the same weights on
+    `single` (plain SGD, as `check`).
+
+    Returns the report printed by `--collectives`.
+    """
+    import keras
+    import numpy as np
+
+    def one_step(place, name, batch, weights=None):
+        options = argparse.Namespace(**{**vars(args), "model": name})
+        with place.scope():
+            keras.utils.set_random_seed(args.seed)
+            model = build_model(options)
+            if weights is not None:
+                model.set_weights(weights)
+            initial = model.get_weights()
+            model.compile(optimizer=keras.optimizers.SGD(args.learning_rate))
+        loss = model.fit(
+            on_canvas(model, x[:batch]),
+            y[:batch],
+            batch_size=batch,
+            epochs=1,
+            verbose=0,
+        ).history["loss"][0]
+        return model, initial, float(loss)
+
+    def on_canvas(model, images):
+        # The digits centred on the model's input (the paper's SCAE takes
+        # 40x40 canvases).
+        height, width = model.input_shape[1:3]
+        top, left = (height - 28) // 2, (width - 28) // 2
+        pads = ((0, 0), (top, height - 28 - top), (left, width - 28 - left))
+        return np.pad(images, pads + ((0, 0),))
+
+    seen = set()
+    reports = []
+    for name in args.model:
+        new_step_modules(directory, seen)
+        batches = []
+        for batch in args.batch_sizes:
+            labels = y[:batch]
+            if not batches:
+                model, initial, loss = one_step(engine, name, batch)
+                trained = model.get_weights()
+                steps = new_step_modules(directory, seen)
+                single_model, _, single_loss = one_step(
+                    single, name, batch, initial
+                )
+                single_weights = single_model.get_weights()
+                new_step_modules(directory, seen)
+            images = on_canvas(model, x[:batch])
+            # Sets the engine's distribution again, after `single`'s.
+            with engine.scope():
+                if batches:
+                    model.fit(images, labels, batch_size=batch, verbose=0)
+                    steps = new_step_modules(directory, seen)
+                model.evaluate(images, labels, batch_size=batch, verbose=0)
+                model.predict(images, batch_size=batch, verbose=0)
+            for step, found in new_step_modules(directory, seen).items():
+                steps.setdefault(step, []).extend(found)
+            batches.append({"global_batch": batch, "steps": steps})
+        reports.append(
+            {
+                "model": name,
+                "batches": batches,
+                "one_step": {
+                    "global_batch": args.batch_sizes[0],
+                    "loss": loss,
+                    "single_device_loss": single_loss,
+                    "max_weight_diff": max(
+                        float(np.max(np.abs(a - b)))
+                        for a, b in zip(trained, single_weights)
+                    ),
+                    "max_weight_update": max(
+                        float(np.max(np.abs(a - b)))
+                        for a, b in zip(trained, initial)
+                    ),
+                },
+            }
+        )
+    return {
+        "backend": keras.backend.backend(),
+        "preset": args.preset,
+        "devices": engine.devices,
+        "models": reports,
+    }
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.cpu_devices:
         force_cpu_devices(args.cpu_devices)
+    if args.collectives:
+        directory = tempfile.mkdtemp(prefix="data_parallel_hlo_")
+        dump_steps_hlo(directory)
     # Imported only now: JAX reads XLA_FLAGS when it starts.
     import keras
 
@@ -371,6 +614,13 @@ def main(argv=None):
 
     backend = keras.backend.backend()
     print(f"Backend: {backend}")
+    if args.collectives and backend != "jax":
+        print(
+            "--collectives reads the steps that keras.distribution."
+            "DataParallel compiles on JAX. Set KERAS_BACKEND=jax.",
+            file=sys.stderr,
+        )
+        return 1
     if backend not in SUPPORTED_BACKENDS:
         print(
             f"Data-parallel training is not supported on the {backend} "
@@ -384,16 +634,22 @@ def main(argv=None):
         devices = tensorflow_devices(args)
     else:
         devices = jax_devices(args)
-    if args.batch_size % len(devices):
+    batch_sizes = args.batch_sizes if args.collectives else [args.batch_size]
+    if any(size % len(devices) for size in batch_sizes):
         print(
-            f"--batch-size ({args.batch_size}) must be a multiple of the "
-            f"number of devices ({len(devices)}).",
+            f"--batch-size(s) ({', '.join(map(str, batch_sizes))}) must be "
+            f"multiples of the number of devices ({len(devices)}).",
             file=sys.stderr,
         )
         return 1
     engine = Engine(backend, devices)
 
     x, y = keras_capsules.datasets.mnist.load_sample("train")
+    if args.collectives:
+        single = Engine(backend, devices[:1])
+        report = collectives(engine, single, args, x, y, directory)
+        print(json.dumps(report))
+        return 0
     steps = args.steps or len(x) // args.batch_size
     num_images = steps * args.batch_size
     if num_images > len(x):

@@ -67,6 +67,21 @@ def routes_children_first():
     return compiles_with_xla()
 
 
+def gathers_per_example():
+    """Whether the bilinear sampler of `ops/templates.py` gathers from
+    each image's own table (`keras.ops.take_along_axis`) rather than from
+    one table of the whole batch.
+
+    On JAX the per-example gather keeps the batch split under
+    `keras.distribution.DataParallel`, where XLA would gather the whole
+    batch's table onto every device for the flat one. TensorFlow's
+    data parallelism (`tf.distribute`) runs one graph per device, and its
+    `take_along_axis` gathers scalars, not rows: the flat gather is 2x
+    faster there (one SCAE training step), and PyTorch runs it eagerly.
+    """
+    return keras.backend.backend() == "jax"
+
+
 def chunked_sums(x):
     """Whether sums over the children of `x` take the chunked XLA form.
 

@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_capsules._validation import check_int_tuple
 from keras_capsules._validation import check_pose_params
+from keras_capsules.ops._backend import gathers_per_example
 from keras_capsules.ops._dtypes import compute_dtypes
 from keras_capsules.ops._dtypes import matmul
 
@@ -163,8 +164,7 @@ def bilinear_sample(images, coordinates):
     channels = images.shape[-1]
     point_shape = tuple(ops.shape(coordinates)[1:-1])
     points = ops.reshape(coordinates, (batch, -1, 2))
-    image_index = ops.expand_dims(ops.arange(batch, dtype="int32"), -1)
-    sampled = _sample(images, points[..., 0], points[..., 1], image_index)
+    sampled = _sample(images, points[..., 0], points[..., 1])
     sampled = ops.reshape(sampled, (batch,) + point_shape + (channels,))
     return ops.cast(sampled, dtype)
 
@@ -174,26 +174,24 @@ def bilinear_sample(images, coordinates):
 _CORNERS = ((0, 0), (0, 1), (1, 0), (1, 1))
 
 
-def _sample(images, x, y, image_index):
+def _sample(images, x, y):
     """Bilinear samples of `images` `(n, h, w, channels)` at the points
-    `(x, y)` (two tensors of one shape), the point at `[i]` reading image
-    `image_index[i]` (int32, broadcast to the points' shape); zeros
-    outside the images. Returns the points' shape plus `(channels,)`.
+    `(x, y)`, two tensors of shape `(n, points)`: row `i` reads image
+    `i`; zeros outside the images. Returns `(n, points, channels)`.
 
     Each image is padded with one pixel of zeros and turned into a table
     of its cells: row `(r, c)` holds the 2x2 pixels whose top-left corner
     is padded pixel `(r, c)`, so that one gather reads the four
     neighbours of a point. Points whose cell lies beyond the padding are
-    more than a pixel outside and sample zero. The gradient is written
-    by hand: with respect to the coordinates from the four neighbours,
-    read again rather than kept; with respect to the images as a single
-    scatter-add of the cells' weighted upstream gradients, folded back
-    onto the pixels.
+    more than a pixel outside and sample zero. The gather reads each
+    image's own table (`take_along_axis`), so that under data
+    parallelism every device reads only its share of the batch, and so
+    does the gradient's scatter. The mix of the four neighbours has a
+    hand-written gradient: with respect to the coordinates from the
+    neighbours read again rather than kept, with respect to the
+    neighbours as the weighted upstream gradient.
     """
-    num_images, height, width, channels = images.shape
-    if num_images is None:
-        num_images = ops.shape(images)[0]
-    num_cells = (height + 1) * (width + 1)
+    _, height, width, channels = images.shape
 
     def cells(x, y):
         # Padded coordinates: pixel (0, 0) of the image is (1, 1).
@@ -205,23 +203,8 @@ def _sample(images, x, y, image_index):
         col = ops.cast(col, "int32")
         row = ops.cast(row, "int32")
         inside = (col >= 0) & (col <= width) & (row >= 0) & (row <= height)
-        index = (
-            image_index * num_cells
-            + ops.clip(row, 0, height) * (width + 1)
-            + ops.clip(col, 0, width)
-        )
+        index = ops.clip(row, 0, height) * (width + 1) + ops.clip(col, 0, width)
         return index, inside, wx, wy
-
-    def cell_table(images):
-        padded = ops.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)))
-        table = ops.concatenate(
-            [
-                padded[:, dr : dr + height + 1, dc : dc + width + 1]
-                for dr, dc in _CORNERS
-            ],
-            axis=-1,
-        )
-        return ops.reshape(table, (-1, 4 * channels))
 
     def corner_weights(inside, wx, wy):
         return [
@@ -234,20 +217,26 @@ def _sample(images, x, y, image_index):
     def corner(values, i):
         return values[..., i * channels : (i + 1) * channels]
 
+    def gather(table, index):
+        if gathers_per_example():
+            return ops.take_along_axis(table, index[..., None], axis=1)
+        num_images, num_cells = ops.shape(table)[0], table.shape[1]
+        offsets = ops.arange(num_images, dtype="int32")[:, None] * num_cells
+        flat = ops.reshape(table, (-1, table.shape[-1]))
+        return ops.take(flat, index + offsets, axis=0)
+
     @ops.custom_gradient
-    def sample(images, x, y):
-        index, inside, wx, wy = cells(x, y)
-        values = ops.take(cell_table(images), index, axis=0)
-        weights = corner_weights(inside, wx, wy)
+    def mix(values, table, x, y):
+        _, inside, wx, wy = cells(x, y)
         sampled = 0.0
-        for i, weight in enumerate(weights):
+        for i, weight in enumerate(corner_weights(inside, wx, wy)):
             sampled = sampled + corner(values, i) * weight[..., None]
 
         def grad(*args, upstream=None):
             if upstream is None:
                 (upstream,) = args
             index, inside, wx, wy = cells(x, y)
-            values = ops.take(cell_table(images), index, axis=0)
+            values = gather(table, index)
             # The upstream gradient dotted with each neighbour, channel
             # by channel (no reduction for XLA to materialise).
             dots = []
@@ -263,35 +252,29 @@ def _sample(images, x, y, image_index):
             grad_y = (1.0 - wx) * (bottom_left - top_left) + wx * (
                 bottom_right - top_right
             )
-            updates = ops.concatenate(
+            grad_values = ops.concatenate(
                 [
                     weight[..., None] * upstream
                     for weight in corner_weights(inside, wx, wy)
                 ],
                 axis=-1,
             )
-            table = ops.scatter_update(
-                ops.zeros((num_images * num_cells, 4 * channels), x.dtype),
-                ops.reshape(index, (-1, 1)),
-                ops.reshape(updates, (-1, 4 * channels)),
-                reduction="add",
-            )
-            table = ops.reshape(
-                table, (num_images, height + 1, width + 1, 4 * channels)
-            )
-            # The adjoint of `cell_table`: each corner back to its pixel.
-            padded = sum(
-                ops.pad(
-                    corner(table, i),
-                    ((0, 0), (dr, 1 - dr), (dc, 1 - dc), (0, 0)),
-                )
-                for i, (dr, dc) in enumerate(_CORNERS)
-            )
-            return padded[:, 1:-1, 1:-1], grad_x, grad_y
+            return grad_values, ops.zeros_like(table), grad_x, grad_y
 
         return sampled, grad
 
-    return sample(images, x, y)
+    padded = ops.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    table = ops.concatenate(
+        [
+            padded[:, dr : dr + height + 1, dc : dc + width + 1]
+            for dr, dc in _CORNERS
+        ],
+        axis=-1,
+    )
+    table = ops.reshape(table, (-1, (height + 1) * (width + 1), 4 * channels))
+    index, _, _, _ = cells(ops.stop_gradient(x), ops.stop_gradient(y))
+    values = gather(table, index)
+    return mix(values, ops.stop_gradient(table), x, y)
 
 
 def warp_templates(templates, transforms, output_size):
@@ -366,11 +349,10 @@ def warp_templates(templates, transforms, output_size):
     x, y = _source_points(
         ops.cast(transforms, compute_dtype), output_size, source_size
     )
-    image_index = ops.reshape(
-        ops.arange(batch * num_templates, dtype="int32"),
-        (batch, num_templates, 1),
+    points = output_size[0] * output_size[1]
+    warped = _sample(
+        images, ops.reshape(x, (-1, points)), ops.reshape(y, (-1, points))
     )
-    warped = _sample(images, x, y, image_index)
     warped = ops.reshape(
         warped, (batch, num_templates) + output_size + (channels,)
     )

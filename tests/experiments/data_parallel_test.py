@@ -1,11 +1,12 @@
-"""Data-parallel training of both models on two logical CPU devices.
+"""Data-parallel training of the capsule networks on two logical CPU devices.
 
-Each case runs `experiments/data_parallel.py --check` in a fresh interpreter,
-since the devices must be set up before the framework starts: it trains
-the same initial weights on the same batches once on two devices and once
-on one, and prints a JSON report. The TensorFlow cases run only in the
-TensorFlow job and the JAX cases only in the JAX job, so that CI runs each
-once.
+Each case runs `experiments/data_parallel.py` in a fresh interpreter,
+since the devices must be set up before the framework starts. `--check`
+trains the same initial weights on the same batches once on two devices
+and once on one; `--collectives` (JAX) reads the optimized HLO of the
+compiled train, evaluate and predict steps of every network. Both print a
+JSON report. The TensorFlow cases run only in the TensorFlow job and the
+JAX cases only in the JAX job, so that CI runs each once.
 """
 
 import json
@@ -42,20 +43,27 @@ _LOSS_RTOL = 1e-5
 
 
 def _run(backend, model, *flags):
+    return _script(
+        backend,
+        "--model",
+        model,
+        "--steps",
+        str(_STEPS),
+        "--batch-size",
+        "8",
+        *flags,
+    )
+
+
+def _script(backend, *flags):
     return subprocess.run(
         [
             sys.executable,
             _SCRIPT,
-            "--model",
-            model,
             "--cpu-devices",
             "2",
             "--preset",
             "tiny",
-            "--steps",
-            str(_STEPS),
-            "--batch-size",
-            "8",
             *flags,
         ],
         cwd=_ROOT,
@@ -136,6 +144,90 @@ class JAXDataParallelTest(_DataParallelCheck):
     @parameterized.named_parameters(*_MODELS)
     def test_matches_single_device(self, model):
         self.check_data_parallel(model)
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax",
+    reason="keras.distribution.DataParallel runs in the JAX job only.",
+)
+class JAXCollectivesTest(TestCase):
+    """The compiled data-parallel steps communicate only all-reduces.
+
+    A reshape that merges the batch axis behind another axis, or a gather
+    from a table of the whole batch, makes XLA's partitioner gather the
+    global batch onto every device (the EM convolutional layers held six
+    such all-gathers, the SCAE's template sampler three).
+    """
+
+    def test_steps_hold_only_batch_independent_all_reduces(self):
+        models = ("capsnet", "efficient_capsnet", "matrix_capsnet")
+        models += ("stacked_capsule_autoencoder",)
+        result = _script(
+            "jax",
+            "--collectives",
+            "--batch-sizes",
+            "8",
+            "16",
+            "--model",
+            *models,
+        )
+        self.assertEqual(
+            result.returncode,
+            0,
+            f"data_parallel.py --collectives failed:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}",
+        )
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        self.assertLen(report["devices"], 2)
+        self.assertEqual([m["model"] for m in report["models"]], list(models))
+        for record in report["models"]:
+            name = record["model"]
+            by_batch = {
+                b["global_batch"]: b["steps"] for b in record["batches"]
+            }
+            self.assertEqual(sorted(by_batch), [8, 16])
+            for step in ("train_step", "test_step", "predict_step"):
+                bytes_sent = {}
+                for batch, steps in by_batch.items():
+                    self.assertIn(step, steps, f"{name}: {step} not compiled")
+                    for module in steps[step]:
+                        where = f"{name} {step} at batch {batch}"
+                        kinds = set(module["collectives"]) - {"all-reduce"}
+                        self.assertFalse(kinds, f"{where}: {kinds}")
+                        # Each device receives half of the batch.
+                        self.assertTrue(module["data_shapes"], where)
+                        for shape in module["data_shapes"]:
+                            self.assertEqual(shape[0], batch // 2, where)
+                        bytes_sent.setdefault(batch, set()).add(module["bytes"])
+                self.assertEqual(
+                    bytes_sent[8], bytes_sent[16], f"{name} {step}"
+                )
+            # The train step sums the gradients: at least one all-reduce.
+            self.assertGreaterEqual(
+                by_batch[8]["train_step"][0]["collectives"].get(
+                    "all-reduce", 0
+                ),
+                1,
+            )
+
+            one_step = record["one_step"]
+            self.assertAllFinite([one_step["loss"]])
+            self.assertAllClose(
+                one_step["loss"],
+                one_step["single_device_loss"],
+                rtol=_LOSS_RTOL,
+                atol=0,
+            )
+            update = one_step["max_weight_update"]
+            self.assertGreater(update, 1e-6, f"{name}: no training")
+            self.assertLessEqual(
+                one_step["max_weight_diff"],
+                min(
+                    _ABSOLUTE_WEIGHT_TOLERANCE,
+                    _RELATIVE_WEIGHT_TOLERANCE * update,
+                ),
+                name,
+            )
 
 
 @pytest.mark.skipif(
