@@ -353,9 +353,7 @@ def _dilate(x, strides, fill):
         constant_values=fill,
     )
     leading = tuple(-1 if size is None else size for size in leading)
-    return ops.reshape(
-        x, leading + (h * strides[0], w * strides[1], channels)
-    )
+    return ops.reshape(x, leading + (h * strides[0], w * strides[1], channels))
 
 
 def _lowest_finite(dtype):
