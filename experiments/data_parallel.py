@@ -12,9 +12,10 @@ across devices, so one step on N devices is one step on the whole batch.
 PyTorch has no data-parallel engine in Keras: the script stops there with
 an error.
 
-The data is the MNIST sample shipped with the package (every network
-takes the 28x28 digits). `--cpu-devices N` splits the host CPU into N logical
-devices, to try everything without accelerators.
+The data is the MNIST sample shipped with the package: 28x28 digits, which
+`--collectives` centres on the 40x40 canvases of the paper's SCAE.
+`--cpu-devices N` splits the host CPU into N logical devices, to try
+everything without accelerators.
 
 `--check` trains the same initial weights on the same batches (no
 shuffling, plain SGD) twice, on the devices and on a single device, and

@@ -183,15 +183,20 @@ def _sample(images, x, y):
     of its cells: row `(r, c)` holds the 2x2 pixels whose top-left corner
     is padded pixel `(r, c)`, so that one gather reads the four
     neighbours of a point. Points whose cell lies beyond the padding are
-    more than a pixel outside and sample zero. The gather reads each
-    image's own table (`take_along_axis`), so that under data
-    parallelism every device reads only its share of the batch, and so
-    does the gradient's scatter. The mix of the four neighbours has a
-    hand-written gradient: with respect to the coordinates from the
-    neighbours read again rather than kept, with respect to the
-    neighbours as the weighted upstream gradient.
+    more than a pixel outside and sample zero. The gradient with respect
+    to the coordinates is written by hand, from the four neighbours read
+    again rather than kept; with respect to the images it is a
+    scatter-add of the cells' weighted upstream gradients, folded back
+    onto the pixels.
+
+    Where `_backend.gathers_per_example` says so (JAX), every image has
+    its own table (`take_along_axis`), and the scatter is the gather's own
+    gradient: under data parallelism each device then reads and writes
+    only its share of the batch. Elsewhere one table holds the whole
+    batch, and the scatter is written out: both are faster there.
     """
     _, height, width, channels = images.shape
+    num_cells = (height + 1) * (width + 1)
 
     def cells(x, y):
         # Padded coordinates: pixel (0, 0) of the image is (1, 1).
@@ -206,6 +211,17 @@ def _sample(images, x, y):
         index = ops.clip(row, 0, height) * (width + 1) + ops.clip(col, 0, width)
         return index, inside, wx, wy
 
+    def cell_table(images):
+        padded = ops.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        table = ops.concatenate(
+            [
+                padded[:, dr : dr + height + 1, dc : dc + width + 1]
+                for dr, dc in _CORNERS
+            ],
+            axis=-1,
+        )
+        return ops.reshape(table, (-1, num_cells, 4 * channels))
+
     def corner_weights(inside, wx, wy):
         return [
             ops.where(
@@ -217,64 +233,113 @@ def _sample(images, x, y):
     def corner(values, i):
         return values[..., i * channels : (i + 1) * channels]
 
-    def gather(table, index):
-        if gathers_per_example():
-            return ops.take_along_axis(table, index[..., None], axis=1)
-        num_images, num_cells = ops.shape(table)[0], table.shape[1]
-        offsets = ops.arange(num_images, dtype="int32")[:, None] * num_cells
-        flat = ops.reshape(table, (-1, table.shape[-1]))
-        return ops.take(flat, index + offsets, axis=0)
-
-    @ops.custom_gradient
-    def mix(values, table, x, y):
-        _, inside, wx, wy = cells(x, y)
+    def mix(values, inside, wx, wy):
         sampled = 0.0
         for i, weight in enumerate(corner_weights(inside, wx, wy)):
             sampled = sampled + corner(values, i) * weight[..., None]
+        return sampled
+
+    def coordinate_grads(values, upstream, inside, wx, wy):
+        # The upstream gradient dotted with each neighbour, channel by
+        # channel (no reduction for XLA to materialise).
+        dots = []
+        for i in range(4):
+            dot = corner(values, i)[..., 0] * upstream[..., 0]
+            for c in range(1, channels):
+                dot = dot + corner(values, i)[..., c] * upstream[..., c]
+            dots.append(ops.where(inside, dot, 0.0))
+        top_left, top_right, bottom_left, bottom_right = dots
+        grad_x = (1.0 - wy) * (top_right - top_left) + wy * (
+            bottom_right - bottom_left
+        )
+        grad_y = (1.0 - wx) * (bottom_left - top_left) + wx * (
+            bottom_right - top_right
+        )
+        return grad_x, grad_y
+
+    def corner_updates(upstream, inside, wx, wy):
+        return ops.concatenate(
+            [
+                weight[..., None] * upstream
+                for weight in corner_weights(inside, wx, wy)
+            ],
+            axis=-1,
+        )
+
+    def upstream_of(args, upstream):
+        return args[0] if upstream is None else upstream
+
+    if gathers_per_example():
+
+        def gather(table, index):
+            return ops.take_along_axis(table, index[..., None], axis=1)
+
+        @ops.custom_gradient
+        def mix_neighbours(values, table, x, y):
+            _, inside, wx, wy = cells(x, y)
+
+            def grad(*args, upstream=None):
+                upstream = upstream_of(args, upstream)
+                index, inside, wx, wy = cells(x, y)
+                values = gather(table, index)
+                grad_x, grad_y = coordinate_grads(
+                    values, upstream, inside, wx, wy
+                )
+                grad_values = corner_updates(upstream, inside, wx, wy)
+                return grad_values, ops.zeros_like(table), grad_x, grad_y
+
+            return mix(values, inside, wx, wy), grad
+
+        table = cell_table(images)
+        index, _, _, _ = cells(ops.stop_gradient(x), ops.stop_gradient(y))
+        values = gather(table, index)
+        return mix_neighbours(values, ops.stop_gradient(table), x, y)
+
+    def rows_of(index):
+        # Rows of the batch's table, `(n * points, 1)`.
+        num_images = ops.shape(index)[0]
+        offsets = ops.arange(num_images, dtype="int32")[:, None] * num_cells
+        return ops.reshape(index + offsets, (-1, 1))
+
+    def gather_rows(images, index):
+        table = ops.reshape(cell_table(images), (-1, 4 * channels))
+        values = ops.take(table, rows_of(index)[:, 0], axis=0)
+        return ops.reshape(values, tuple(ops.shape(index)) + (4 * channels,))
+
+    @ops.custom_gradient
+    def sample(images, x, y):
+        index, inside, wx, wy = cells(x, y)
+        sampled = mix(gather_rows(images, index), inside, wx, wy)
 
         def grad(*args, upstream=None):
-            if upstream is None:
-                (upstream,) = args
+            upstream = upstream_of(args, upstream)
             index, inside, wx, wy = cells(x, y)
-            values = gather(table, index)
-            # The upstream gradient dotted with each neighbour, channel
-            # by channel (no reduction for XLA to materialise).
-            dots = []
-            for i in range(4):
-                dot = corner(values, i)[..., 0] * upstream[..., 0]
-                for c in range(1, channels):
-                    dot = dot + corner(values, i)[..., c] * upstream[..., c]
-                dots.append(ops.where(inside, dot, 0.0))
-            top_left, top_right, bottom_left, bottom_right = dots
-            grad_x = (1.0 - wy) * (top_right - top_left) + wy * (
-                bottom_right - bottom_left
+            values = gather_rows(images, index)
+            grad_x, grad_y = coordinate_grads(values, upstream, inside, wx, wy)
+            updates = corner_updates(upstream, inside, wx, wy)
+            num_images = ops.shape(images)[0]
+            table = ops.scatter_update(
+                ops.zeros((num_images * num_cells, 4 * channels), x.dtype),
+                rows_of(index),
+                ops.reshape(updates, (-1, 4 * channels)),
+                reduction="add",
             )
-            grad_y = (1.0 - wx) * (bottom_left - top_left) + wx * (
-                bottom_right - top_right
+            table = ops.reshape(
+                table, (num_images, height + 1, width + 1, 4 * channels)
             )
-            grad_values = ops.concatenate(
-                [
-                    weight[..., None] * upstream
-                    for weight in corner_weights(inside, wx, wy)
-                ],
-                axis=-1,
+            # The adjoint of `cell_table`: each corner back to its pixel.
+            padded = sum(
+                ops.pad(
+                    corner(table, i),
+                    ((0, 0), (dr, 1 - dr), (dc, 1 - dc), (0, 0)),
+                )
+                for i, (dr, dc) in enumerate(_CORNERS)
             )
-            return grad_values, ops.zeros_like(table), grad_x, grad_y
+            return padded[:, 1:-1, 1:-1], grad_x, grad_y
 
         return sampled, grad
 
-    padded = ops.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    table = ops.concatenate(
-        [
-            padded[:, dr : dr + height + 1, dc : dc + width + 1]
-            for dr, dc in _CORNERS
-        ],
-        axis=-1,
-    )
-    table = ops.reshape(table, (-1, (height + 1) * (width + 1), 4 * channels))
-    index, _, _, _ = cells(ops.stop_gradient(x), ops.stop_gradient(y))
-    values = gather(table, index)
-    return mix(values, ops.stop_gradient(table), x, y)
+    return sample(images, x, y)
 
 
 def warp_templates(templates, transforms, output_size):
