@@ -415,6 +415,24 @@ def callbacks(args, total_steps):
     ]
 
 
+def build_compiled(engine, args, optimizer=None, weights=None):
+    """Builds `--model` under `engine` (from `weights` when given) and
+    compiles it with `optimizer()`, or the model's default for `None`.
+
+    Returns `(model, initial_weights)`.
+    """
+    import keras
+
+    with engine.scope():
+        keras.utils.set_random_seed(args.seed)
+        model = build_model(args)
+        if weights is not None:
+            model.set_weights(weights)
+        initial_weights = model.get_weights()
+        model.compile(optimizer="auto" if optimizer is None else optimizer())
+    return model, initial_weights
+
+
 def train(engine, args, x, y, optimizer=None, weights=None, check=False):
     """Builds, compiles and fits a model under `engine`.
 
@@ -429,15 +447,7 @@ def train(engine, args, x, y, optimizer=None, weights=None, check=False):
         `(model, history, initial_weights)`, the latter the weights the
         model started from: `weights` when given, else its initialisation.
     """
-    import keras
-
-    with engine.scope():
-        keras.utils.set_random_seed(args.seed)
-        model = build_model(args)
-        if weights is not None:
-            model.set_weights(weights)
-        initial_weights = model.get_weights()
-        model.compile(optimizer="auto" if optimizer is None else optimizer())
+    model, initial_weights = build_compiled(engine, args, optimizer, weights)
     steps = len(x) // args.batch_size
     if check:
         fit_kwargs = dict(epochs=steps, steps_per_epoch=1, shuffle=False)
@@ -521,15 +531,12 @@ def collectives(engine, single, args, x, y, directory):
     import keras
     import numpy as np
 
+    def sgd():
+        return keras.optimizers.SGD(learning_rate=args.learning_rate)
+
     def one_step(place, name, batch, weights=None):
         options = argparse.Namespace(**{**vars(args), "model": name})
-        with place.scope():
-            keras.utils.set_random_seed(args.seed)
-            model = build_model(options)
-            if weights is not None:
-                model.set_weights(weights)
-            initial = model.get_weights()
-            model.compile(optimizer=keras.optimizers.SGD(args.learning_rate))
+        model, initial = build_compiled(place, options, sgd, weights)
         loss = model.fit(
             on_canvas(model, x[:batch]),
             y[:batch],

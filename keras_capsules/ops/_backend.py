@@ -15,6 +15,10 @@ fastest formulation differs, they ask a function here:
   strided convolution gradients are the fast paths: votes positions first
   with each pose in one piece (`em/_vote_layouts.PositionsFirst`), plain
   sums, plain `keras.ops.conv`, and padding by concatenation (`_tiles.pad`).
+- JAX partitions the compiled step itself under data parallelism: there
+  the SCAE's bilinear sampler gathers from each image's own table of
+  cells (`templates._sample`), which keeps the batch split; TensorFlow
+  and PyTorch gather faster from one table of the batch.
 
 Symbolic tensors (functional model construction) only need shapes: they
 take plain sums and `keras.ops.pad`.
@@ -76,8 +80,9 @@ def gathers_per_example():
     `keras.distribution.DataParallel`, where XLA would gather the whole
     batch's table onto every device for the flat one. TensorFlow's
     data parallelism (`tf.distribute`) runs one graph per device, and its
-    `take_along_axis` gathers scalars, not rows: the flat gather is 2x
-    faster there (one SCAE training step), and PyTorch runs it eagerly.
+    `take_along_axis` gathers scalars, not rows: the flat gather with its
+    hand-written scatter made the SCAE's training step 2x faster there,
+    and PyTorch, which runs it eagerly, faster too.
     """
     return keras.backend.backend() == "jax"
 

@@ -42,6 +42,22 @@ _ABSOLUTE_WEIGHT_TOLERANCE = 1e-5
 _LOSS_RTOL = 1e-5
 
 
+def _assert_matches_single_device(test, report, name):
+    """The losses and weights of a data-parallel run in `report` equal
+    those of the single device up to float32 rounding, and training moved
+    the weights."""
+    test.assertAllFinite(report["loss"])
+    test.assertAllClose(
+        report["loss"], report["single_device_loss"], rtol=_LOSS_RTOL, atol=0
+    )
+    update = report["max_weight_update"]
+    test.assertGreater(update, 1e-6, f"{name}: training left the weights alone")
+    tolerance = min(
+        _ABSOLUTE_WEIGHT_TOLERANCE, _RELATIVE_WEIGHT_TOLERANCE * update
+    )
+    test.assertLessEqual(report["max_weight_diff"], tolerance, name)
+
+
 def _run(backend, model, *flags):
     return _script(
         backend,
@@ -99,20 +115,7 @@ class _DataParallelCheck(TestCase):
 
         self.assertEqual(report["steps"], _STEPS)
         self.assertLen(report["loss"], _STEPS)
-        self.assertAllFinite(report["loss"])
-        self.assertAllClose(
-            report["loss"],
-            report["single_device_loss"],
-            rtol=_LOSS_RTOL,
-            atol=0,
-        )
-
-        update = report["max_weight_update"]
-        self.assertGreater(update, 1e-6, "training left the weights alone")
-        tolerance = min(
-            _ABSOLUTE_WEIGHT_TOLERANCE, _RELATIVE_WEIGHT_TOLERANCE * update
-        )
-        self.assertLessEqual(report["max_weight_diff"], tolerance)
+        _assert_matches_single_device(self, report, model)
         if model == "matrix_capsnet":
             # The scheduler ramps the margin over the run, assigning the
             # mirrored (or replicated) variable between steps.
@@ -210,24 +213,7 @@ class JAXCollectivesTest(TestCase):
                 1,
             )
 
-            one_step = record["one_step"]
-            self.assertAllFinite([one_step["loss"]])
-            self.assertAllClose(
-                one_step["loss"],
-                one_step["single_device_loss"],
-                rtol=_LOSS_RTOL,
-                atol=0,
-            )
-            update = one_step["max_weight_update"]
-            self.assertGreater(update, 1e-6, f"{name}: no training")
-            self.assertLessEqual(
-                one_step["max_weight_diff"],
-                min(
-                    _ABSOLUTE_WEIGHT_TOLERANCE,
-                    _RELATIVE_WEIGHT_TOLERANCE * update,
-                ),
-                name,
-            )
+            _assert_matches_single_device(self, record["one_step"], name)
 
 
 @pytest.mark.skipif(
