@@ -16,20 +16,16 @@ cores (`taskset -c 0` for one core):
 from __future__ import print_function
 
 import argparse
-import json
-import time
 
 import numpy as np
+import step_timing
 from parity_official import build
 from parity_official import tf
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=128)
+    step_timing.add_arguments(parser, threads=1)
     args = parser.parse_args()
     rng = np.random.RandomState(0)
     images = rng.uniform(size=(args.batch_size, 40, 40, 1)).astype("float32")
@@ -43,24 +39,10 @@ def main():
         )
         with tf.Session(config=config) as sess:
             sess.run(tf.global_variables_initializer())
-            for _ in range(args.warmup):
-                sess.run(train_op, feed)
-            seconds = []
-            for _ in range(args.steps):
-                start = time.time()
-                sess.run(train_op, feed)
-                seconds.append(time.time() - start)
-    print(
-        json.dumps(
-            {
-                "code": "official",
-                "threads": args.threads,
-                "batch_size": args.batch_size,
-                "median_seconds": float(np.median(seconds)),
-                "seconds": [round(s, 4) for s in seconds],
-            }
-        )
-    )
+            seconds = step_timing.time_steps(
+                lambda: sess.run(train_op, feed), args.warmup, args.steps
+            )
+    step_timing.print_record(step_timing.record("official", args, seconds))
 
 
 if __name__ == "__main__":

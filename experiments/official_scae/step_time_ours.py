@@ -17,18 +17,16 @@ gradient, compiled as one function). Prints one JSON line.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
 
+import step_timing
+
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=128)
+    step_timing.add_arguments(parser)
     parser.add_argument("--flops", action="store_true")
     return parser.parse_args()
 
@@ -105,26 +103,20 @@ def main():
         "scae_mnist"
     )
     model.compile()
-    for _ in range(args.warmup):
-        model.train_on_batch(images, labels)
-    seconds = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        model.train_on_batch(images, labels)
-        seconds.append(time.perf_counter() - start)
-    record = {
-        "code": "ours",
-        "backend": keras.backend.backend(),
-        "threads": args.threads,
-        "batch_size": args.batch_size,
-        "median_seconds": float(np.median(seconds)),
-        "seconds": [round(s, 4) for s in seconds],
-        "matmul_gflops": round(matmul_rate(ops), 1),
-    }
+    seconds = step_timing.time_steps(
+        lambda: model.train_on_batch(images, labels), args.warmup, args.steps
+    )
+    record = step_timing.record(
+        "ours",
+        args,
+        seconds,
+        backend=keras.backend.backend(),
+        matmul_gflops=round(matmul_rate(ops), 1),
+    )
     if args.flops:
         gflop = step_gflop(model, images, labels)
         record["xla_gflop_per_step"] = round(gflop, 2)
-    print(json.dumps(record))
+    step_timing.print_record(record)
 
 
 if __name__ == "__main__":
