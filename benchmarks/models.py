@@ -99,21 +99,27 @@ def _build_matrix_capsnet(spec, rng):
             optimizer=common.official_matrix_optimizer(),
             **_model_compile_arguments(spec),
         )
-    size = spec["image_size"]
-    batch_size = spec["batch_size"]
-    x = rng.standard_normal((batch_size, size, size, 1)).astype("float32")
-    y = one_hot(rng, batch_size, MATRIX_NUM_CLASSES)
-    return model, x, y
+    return (model, *batch(spec, rng))
+
+
+def batch(spec, rng):
+    """The random batch `(x, y)` of a `capsnet`, `efficient_capsnet` or
+    `matrix_capsnet` point: images in [0, 1) (normal for `matrix_capsnet`)
+    and one-hot labels, drawn from `rng` before anything else draws from
+    it, so that a process given the same seed draws the same batch."""
+    size, batch_size = spec["image_size"], spec["batch_size"]
+    if spec["model"] == "matrix_capsnet":
+        x = rng.standard_normal((batch_size, size, size, 1))
+        return x.astype("float32"), one_hot(rng, batch_size, MATRIX_NUM_CLASSES)
+    x = rng.uniform(size=(batch_size, size, size, 1)).astype("float32")
+    return x, one_hot(rng, batch_size, CAPSNET_NUM_CLASSES)
 
 
 def _build_efficient_capsnet(spec, rng):
     size = spec["image_size"]
     model = keras_capsules.models.EfficientCapsNet(image_shape=(size, size, 1))
     model.compile(**_model_compile_arguments(spec))
-    batch_size = spec["batch_size"]
-    x = rng.uniform(size=(batch_size, size, size, 1)).astype("float32")
-    y = one_hot(rng, batch_size, CAPSNET_NUM_CLASSES)
-    return model, x, y
+    return (model, *batch(spec, rng))
 
 
 def _build_capsnet(spec, rng):
@@ -124,10 +130,7 @@ def _build_capsnet(spec, rng):
         routing_iterations=spec["routing_iterations"],
     )
     model.compile(**_model_compile_arguments(spec))
-    batch_size = spec["batch_size"]
-    x = rng.uniform(size=(batch_size, size, size, 1)).astype("float32")
-    y = one_hot(rng, batch_size, CAPSNET_NUM_CLASSES)
-    return model, x, y
+    return (model, *batch(spec, rng))
 
 
 def em_conv_caps_model(config, routing_iterations, impl="ours"):

@@ -2,12 +2,13 @@
 
 `compute_ratios(rows, baseline)` divides every measured quantity of the
 `ours` rows by the same quantity of the `baseline` rows (the naive EM
-implementation, or a second model) at each (batch size, routing
-iterations) pair measured by both; `format_table(result)` writes the
-rows and ratios of a result as plain-text columns.
+implementation, a second model, or the official code) at each (batch
+size, routing iterations) pair measured by both; `format_table(result)`
+writes the rows and ratios of a result as plain-text columns.
 """
 
 import math
+import statistics
 
 # Measured quantities compared between the two implementations: (row key,
 # ratio name). Times and memory: below 1 means ours is faster or smaller;
@@ -26,25 +27,35 @@ RATIO_KEYS = (
 
 def compute_ratios(rows, baseline="naive"):
     """Ours/baseline for every (batch, iterations) measured by both;
-    `baseline` is the variant of the rows divided by: `"naive"` or the
-    baseline model's name."""
+    `baseline` is the variant of the rows divided by: `"naive"`, the
+    baseline model's name or `"official"`. A quantity measured several
+    times (`--repeats`) enters as the median of its measurements."""
     by_key = {}
     for row in rows:
         if "error" in row:
             continue
         key = (row["batch_size"], row["routing_iterations"])
         variant = row.get("variant", row["impl"])
-        by_key.setdefault(key, {})[variant] = row
+        by_key.setdefault(key, {}).setdefault(variant, []).append(row)
     ratios = []
     for (batch_size, iterations), variants in sorted(by_key.items()):
         if "ours" not in variants or baseline not in variants:
             continue
         entry = {"batch_size": batch_size, "routing_iterations": iterations}
         for key, name in RATIO_KEYS:
-            ours, other = variants["ours"].get(key), variants[baseline].get(key)
+            ours = _median(variants["ours"], key)
+            other = _median(variants[baseline], key)
             entry[name] = ours / other if ours is not None and other else None
         ratios.append(entry)
     return ratios
+
+
+def _median(rows, key):
+    """The median of `key` over `rows`, or None where a row lacks it."""
+    values = [row.get(key) for row in rows]
+    if not values or any(value is None for value in values):
+        return None
+    return statistics.median(values)
 
 
 def _format(value, digits=1):
@@ -63,13 +74,13 @@ def format_table(result):
         f"{environment.get('device')}, Keras {environment.get('keras')}, "
         f"median of {result['steps']} steps after {result['warmup']}, "
         f"XLA_FLAGS={environment.get('xla_flags') or '(unset)'}",
-        f"{'impl':<6} {'batch':>5} {'iters':>5} {'jit':>5} "
+        f"{'impl':<8} {'batch':>5} {'iters':>5} {'jit':>5} "
         f"{'train img/s':>11} {'infer img/s':>11} {'compile s':>9} "
         f"{'peak RSS':>9} {'RSS grow':>9} {'device':>8} {'params':>9}",
     ]
     for row in result["rows"]:
         head = (
-            f"{row.get('variant', row['impl']):<6} {row['batch_size']:>5} "
+            f"{row.get('variant', row['impl']):<8} {row['batch_size']:>5} "
             f"{row['routing_iterations']:>5} "
         )
         if "error" in row:

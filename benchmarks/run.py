@@ -51,6 +51,14 @@ and the run goes on.
 alternating with those of `--model` at every batch size, with the ratios
 of `--model` to it: `--model efficient_capsnet --baseline-model capsnet`.
 
+`--official-checkout PATH` measures the official TensorFlow 1 code of
+`capsnet` (Sarasra/models `research/capsules`) or `matrix_capsnet`
+(google-research `capsule_em`) alternating with ours, on the same batch,
+in the interpreter `--official-python` (Python 3.7 with TensorFlow 1.15),
+with the ratios ours/official (`benchmarks/official_codes.py`).
+`--repeats N` measures every point N times, the implementations
+alternating, and the ratios take the medians of the N.
+
 Lists of batch sizes and iterations give scaling curves;
 `python -m benchmarks.plot` draws them from the JSON and fits straight
 lines to them. `tests/benchmarks/naive_em_test.py` checks the naive layer
@@ -71,6 +79,9 @@ Usage:
     python -m benchmarks.run --model efficient_capsnet \\
         --baseline-model capsnet --batch 100
     python -m benchmarks.run --model dense_caps --batch 100
+    python -m benchmarks.run --model capsnet --batch 128 --repeats 2 \
+        --official-checkout models/research/capsules \
+        --official-python /path/to/tf1/bin/python
     python -m benchmarks.plot em_batch.json --out em_batch.png
 """
 
@@ -78,8 +89,10 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 
 import keras
+import numpy as np
 
 # Runnable both as `python -m benchmarks.run` and as a file.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,6 +102,9 @@ from benchmarks import common  # noqa: E402
 from benchmarks import models  # noqa: E402
 from benchmarks import report  # noqa: E402
 from benchmarks import runner  # noqa: E402
+
+# The models whose official code `--official-checkout` times.
+OFFICIAL_MODELS = ("capsnet", "matrix_capsnet")
 
 
 def parse_args(argv=None):
@@ -160,6 +176,29 @@ def parse_args(argv=None):
         help="Image height and width of capsnet (default 28) and "
         "matrix_capsnet (default 32).",
     )
+    parser.add_argument(
+        "--official-checkout",
+        default=None,
+        metavar="PATH",
+        help="Also time the official TensorFlow 1 code of --model, "
+        "alternating with ours: for capsnet, the research/capsules folder "
+        "of Sarasra/models; for matrix_capsnet, the folder that holds "
+        "google-research's capsule_em/ (benchmarks/official_codes.py).",
+    )
+    parser.add_argument(
+        "--official-python",
+        default="python3.7",
+        metavar="PATH",
+        help="The interpreter, with TensorFlow 1.15, that runs the official "
+        "code. Defaults to python3.7.",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="Measure every point this many times, the implementations "
+        "alternating; the ratios take the medians. Defaults to 1.",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--timeout",
@@ -177,6 +216,23 @@ def parse_args(argv=None):
             f"step compiles). Received: --steps={args.steps} "
             f"--warmup={args.warmup}"
         )
+    if args.repeats < 1:
+        parser.error(
+            f"--repeats must be at least 1. Received: --repeats={args.repeats}"
+        )
+    if args.official_checkout is not None:
+        if args.model not in OFFICIAL_MODELS:
+            parser.error(
+                "--official-checkout: official codes are timed for "
+                f"{', '.join(OFFICIAL_MODELS)}. Received: --model={args.model}"
+            )
+        if args.impl not in (None, "ours") or args.baseline_model:
+            parser.error(
+                "--official-checkout compares with --impl ours and no "
+                f"--baseline-model. Received: --impl={args.impl} "
+                f"--baseline-model={args.baseline_model}"
+            )
+        args.impl = "ours"
     if args.impl is None:
         args.impl = "both" if args.model in models.NAIVE_MODELS else "ours"
     if args.impl != "ours" and args.model not in models.NAIVE_MODELS:
@@ -199,43 +255,84 @@ def parse_args(argv=None):
 
 
 def points(args):
-    """Every measurement point; ours and naive (or the baseline model)
-    alternate at each pair. `variant` names a point in the ratios: its
-    impl, or the baseline model's name."""
+    """Every measurement point; ours and naive (or the baseline model, or
+    the official code) alternate at each pair, `--repeats` times. `variant`
+    names a point in the ratios: its impl, or the baseline model's name."""
     variants = [
         (args.model, impl)
         for impl in (("ours", "naive") if args.impl == "both" else (args.impl,))
     ]
     if args.baseline_model is not None:
         variants.append((args.baseline_model, "ours"))
-    return [
-        {
-            "model": model,
-            "variant": impl if model == args.model else model,
-            "config": args.preset if model in models.NAIVE_MODELS else None,
-            "impl": impl,
-            "batch_size": batch_size,
-            "routing_iterations": iterations,
-            "image_size": (
-                args.image_size
-                if model == args.model
-                else models.DEFAULT_IMAGE_SIZE.get(model)
-            ),
-            "jit": args.jit,
-            "steps": args.steps,
-            "warmup": args.warmup,
-            "seed": args.seed,
-        }
-        for iterations in args.iterations
-        for batch_size in args.batch
-        for model, impl in variants
-    ]
+    if args.official_checkout is not None:
+        variants.append((args.model, "official"))
+    result = []
+    for iterations in args.iterations:
+        for batch_size in args.batch:
+            for repeat in range(args.repeats):
+                for model, impl in variants:
+                    spec = {
+                        "model": model,
+                        "variant": impl if model == args.model else model,
+                        "config": (
+                            args.preset
+                            if model in models.NAIVE_MODELS
+                            else None
+                        ),
+                        "impl": impl,
+                        "batch_size": batch_size,
+                        "routing_iterations": iterations,
+                        "image_size": (
+                            args.image_size
+                            if model == args.model
+                            else models.DEFAULT_IMAGE_SIZE.get(model)
+                        ),
+                        "jit": args.jit,
+                        "steps": args.steps,
+                        "warmup": args.warmup,
+                        "seed": args.seed,
+                    }
+                    if args.repeats > 1:
+                        spec["repeat"] = repeat
+                    if impl == "official":
+                        spec["official_checkout"] = os.path.abspath(
+                            args.official_checkout
+                        )
+                        spec["official_python"] = args.official_python
+                        if model == "matrix_capsnet":
+                            spec["official_architecture"] = (
+                                common.MATRIX_CAPSNET_CONFIGS[args.preset]
+                            )
+                    result.append(spec)
+    return result
+
+
+def write_official_inputs(specs, folder):
+    """Writes the batch of every official point to `folder` (the batch its
+    `ours` point draws from the same seed) and sets its `inputs_path`."""
+    for spec in specs:
+        if spec["impl"] != "official":
+            continue
+        path = os.path.join(
+            folder,
+            f"{spec['model']}_{spec['batch_size']}_{spec['image_size']}_"
+            f"{spec['seed']}.npz",
+        )
+        if not os.path.exists(path):
+            x, y = models.batch(spec, np.random.default_rng(spec["seed"]))
+            np.savez(path, x=x, y=y)
+        spec["inputs_path"] = path
 
 
 def run(args):
     """Measures every point of `args`; returns the result (the JSON)."""
-    rows = runner.run_points(points(args), args.timeout)
-    baseline = args.baseline_model or "naive"
+    specs = points(args)
+    with tempfile.TemporaryDirectory(prefix="keras_capsules_inputs_") as tmp:
+        write_official_inputs(specs, tmp)
+        rows = runner.run_points(specs, args.timeout)
+    baseline = args.baseline_model or (
+        "official" if args.official_checkout else "naive"
+    )
     return {
         "benchmark": "run",
         "environment": runner.environment_from(rows),

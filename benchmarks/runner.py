@@ -102,7 +102,13 @@ def _point_main(spec, out_path):
     return status
 
 
-def _child_command(spec, out_path):
+def child_command(spec, out_path):
+    """The command that measures `spec` and writes its row to `out_path`:
+    this module in this interpreter, or `official_codes.py` in
+    `spec["official_python"]` for an official point."""
+    if spec is not None and spec["impl"] == "official":
+        script = os.path.join(ROOT, "benchmarks", "official_codes.py")
+        return [spec["official_python"], script, json.dumps(spec), out_path]
     return [
         sys.executable,
         "-m",
@@ -128,7 +134,7 @@ def run_point(spec, timeout):
         start = time.perf_counter()
         try:
             process = subprocess.run(
-                _child_command(spec, out_path),
+                child_command(spec, out_path),
                 cwd=ROOT,
                 capture_output=True,
                 text=True,
@@ -164,7 +170,7 @@ def environment_from(rows):
     with tempfile.TemporaryDirectory(prefix="keras_capsules_bench_") as tmp:
         out_path = os.path.join(tmp, "environment.json")
         process = subprocess.run(
-            _child_command(None, out_path),
+            child_command(None, out_path),
             cwd=ROOT,
             capture_output=True,
             text=True,

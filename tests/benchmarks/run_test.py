@@ -4,9 +4,14 @@ No test here measures speed: the rows are checked for their fields, and
 the ratios and the table are computed from made-up rows.
 """
 
+import os
+import tempfile
+
 import keras
 import numpy as np
 
+from benchmarks import models
+from benchmarks import official_codes
 from benchmarks import report
 from benchmarks import run
 from benchmarks import runner
@@ -69,6 +74,10 @@ class ParseArgsTest(TestCase):
             ["--model", "em_conv_caps", "--baseline-model", "dense_caps"],
             ["--steps", "0"],
             ["--batch", "0,2"],
+            ["--repeats", "0"],
+            ["--model", "em_conv_caps", "--official-checkout", "x"],
+            ["--model", "matrix_capsnet", "--impl", "both"]
+            + ["--official-checkout", "x"],
         ):
             with self.assertRaises(SystemExit, msg=argv):
                 run.parse_args(argv)
@@ -102,6 +111,59 @@ class PointsTest(TestCase):
         )
         self.assertEqual({p["config"] for p in points}, {None})
 
+    def test_official_code_alternates_on_the_same_batch(self):
+        args = run.parse_args(
+            ["--model", "matrix_capsnet", "--preset", "small", "--batch", "2"]
+            + ["--image-size", "17", "--repeats", "2"]
+            + ["--official-checkout", "checkout", "--official-python", "py"]
+        )
+        self.assertEqual(args.impl, "ours")
+        points = run.points(args)
+        self.assertEqual(
+            [(p["impl"], p["repeat"]) for p in points],
+            [("ours", 0), ("official", 0), ("ours", 1), ("official", 1)],
+        )
+        official = points[1]
+        self.assertEqual(official["official_python"], "py")
+        self.assertTrue(os.path.isabs(official["official_checkout"]))
+        self.assertEqual(
+            official["official_architecture"],
+            {"A": 64, "B": 8, "C": 16, "D": 16},
+        )
+        self.assertEqual(
+            runner.child_command(official, "out.json")[:2],
+            [
+                "py",
+                os.path.join(runner.ROOT, "benchmarks", "official_codes.py"),
+            ],
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            run.write_official_inputs(points, tmp)
+            self.assertNotIn("inputs_path", points[0])
+            self.assertEqual(points[1]["inputs_path"], points[3]["inputs_path"])
+            written = np.load(official["inputs_path"])
+            # The batch the `ours` point trains on: drawn first from its seed.
+            _, x, y = models.build(
+                points[0], np.random.default_rng(points[0]["seed"])
+            )
+            np.testing.assert_array_equal(written["x"], x)
+            np.testing.assert_array_equal(written["y"], y)
+            self.assertEqual(written["x"].shape, (2, 17, 17, 1))
+
+    def test_official_flags_name_the_architecture(self):
+        flags = official_codes.em_flags(
+            {"A": 64, "B": 8, "C": 16, "D": 24}, 4, 2
+        )
+        for flag in (
+            "--num_start_conv=64",
+            "--num_prime_capsules=8",
+            "--caps_dims=16,24",
+            "--batch_size=4",
+            "--routing_iteration=2",
+            "--caps_strides=2,1",
+        ):
+            self.assertIn(flag, flags)
+
 
 class ReportTest(TestCase):
     def test_ratios_pair_the_rows_of_one_batch(self):
@@ -118,6 +180,19 @@ class ReportTest(TestCase):
         self.assertAllClose(ratio["peak_rss_ratio"], 0.25)
         self.assertAllClose(ratio["compile_time_ratio"], 1.0)
         self.assertIsNone(ratio["device_peak_ratio"])
+
+    def test_ratios_take_the_median_of_repeats(self):
+        rows = [
+            _row("ours", 8, 1.0, 100.0),
+            _row("official", 8, 4.0, 400.0),
+            _row("ours", 8, 3.0, 100.0),
+            _row("official", 8, 8.0, 400.0),
+            _row("ours", 8, 2.0, 100.0),
+            _row("official", 8, 5.0, 400.0),
+        ]
+        (ratio,) = report.compute_ratios(rows, "official")
+        self.assertAllClose(ratio["train_time_ratio"], 2.0 / 5.0)
+        self.assertAllClose(ratio["peak_rss_ratio"], 0.25)
 
     def test_table_shows_rows_failures_and_ratios(self):
         rows = [
