@@ -31,9 +31,20 @@ MATRIX_CAPSNET_CONFIGS = {
 
 
 def peak_rss_mib():
-    """Peak resident set size of this process, in MiB (Linux: KiB units)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return usage / 1024.0
+    """Peak resident set size of this process, in MiB.
+
+    Linux's `VmHWM`: a process started by `exec` starts it afresh, whereas
+    `getrusage`'s `ru_maxrss` (the fallback elsewhere) keeps the peak of
+    the parent that forked it.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _tensorflow_gpu():

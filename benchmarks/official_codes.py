@@ -90,6 +90,15 @@ def em_flags(architecture, batch_size, routing_iterations):
 
 
 def peak_rss_mib():
+    """As `benchmarks.common.peak_rss_mib`: Linux's `VmHWM` (afresh at
+    `exec`, where `ru_maxrss` keeps the forking parent's peak)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (IOError, OSError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -237,8 +246,11 @@ def build_matrix_capsnet(tf, checkout, x, y, architecture, routing_iterations):
 
 def measure(spec):
     # Importing TensorFlow 2 (in the parent) sets TF2_BEHAVIOR=1, which
-    # would turn TensorFlow 1's graph code into TensorFlow 2's.
+    # would turn TensorFlow 1's graph code into TensorFlow 2's; TensorFlow
+    # 1 aborts on the XLA flags of today (and compiles nothing with XLA
+    # here).
     os.environ.pop("TF2_BEHAVIOR", None)
+    xla_flags = os.environ.pop("XLA_FLAGS", "")
     import tensorflow as tf
 
     shims = install_shims(tf)
@@ -319,6 +331,7 @@ def measure(spec):
         "numpy": np.__version__,
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "xla_flags_ignored": xla_flags,
         "tf_cpu_allocator_use_bfc": os.environ.get(
             "TF_CPU_ALLOCATOR_USE_BFC", ""
         ),

@@ -79,8 +79,8 @@ Usage:
     python -m benchmarks.run --model efficient_capsnet \\
         --baseline-model capsnet --batch 100
     python -m benchmarks.run --model dense_caps --batch 100
-    python -m benchmarks.run --model capsnet --batch 128 --repeats 2 \
-        --official-checkout models/research/capsules \
+    python -m benchmarks.run --model capsnet --batch 128 --repeats 2 \\
+        --official-checkout models/research/capsules \\
         --official-python /path/to/tf1/bin/python
     python -m benchmarks.plot em_batch.json --out em_batch.png
 """
