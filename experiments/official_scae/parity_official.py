@@ -309,7 +309,10 @@ def check_mapping(variables, init):
         raise SystemExit("MAPPING is wrong:\n  " + "\n  ".join(problems))
 
 
-def build(batch_size, size, noise=False):
+def build(batch_size, size, noise=False, return_model=False):
+    """The training graph of `train.py` on placeholders: `(batch, target,
+    gvs, train_op, terms, opt)`, and the official model last with
+    `return_model`."""
     flags.FLAGS(["parity_official.py"] + RUN_MNIST, known_only=True)
     config = flags.FLAGS
     model_dict = model_config.get(config)
@@ -366,7 +369,27 @@ def build(batch_size, size, noise=False):
         "prior_probe_accuracy": res.prior_cls_acc,
         "posterior_probe_accuracy": res.posterior_cls_acc,
     }
+    if return_model:
+        return batch, target, gvs, train_op, terms, opt, model
     return batch, target, gvs, train_op, terms, opt
+
+
+def load_initial_weights(sess, variables, init):
+    """Loads our weights `init` (by our weight paths) into the official
+    `variables` through `MAPPING`; returns `(variable, path, change)` of
+    every mapped variable."""
+    check_mapping(variables, init)
+    by_name = {v.op.name: v for v in variables}
+    rows = [(by_name[n], p, c) for n, p, c in MAPPING]
+    for variable, path, change in rows:
+        value = to_official(init[path], change)
+        if tuple(value.shape) != tuple(variable.shape.as_list()):
+            raise SystemExit(
+                "%s: %s, ours %s -> %s"
+                % (variable.op.name, variable.shape.as_list(), path, value.shape)
+            )
+        variable.load(value, sess)
+    return rows
 
 
 def main():
@@ -390,9 +413,6 @@ def main():
             images.shape[1], images.shape[2]
         )
         variables = tf.trainable_variables()
-        check_mapping(variables, init)
-        by_name = {v.op.name: v for v in variables}
-        rows = [(by_name[n], p, c) for n, p, c in MAPPING]
         grad_of = {v.op.name: g for g, v in gvs}
         slots = sorted(opt.get_slot_names())
         session_config = tf.ConfigProto(
@@ -400,19 +420,7 @@ def main():
         )
         with tf.Session(config=session_config) as sess:
             sess.run(tf.global_variables_initializer())
-            for variable, path, change in rows:
-                value = to_official(init[path], change)
-                if tuple(value.shape) != tuple(variable.shape.as_list()):
-                    raise SystemExit(
-                        "%s: %s, ours %s -> %s"
-                        % (
-                            variable.op.name,
-                            variable.shape.as_list(),
-                            path,
-                            value.shape,
-                        )
-                    )
-                variable.load(value, sess)
+            rows = load_initial_weights(sess, variables, init)
             rms = [opt.get_slot(v, "rms") for v, _, _ in rows]
             if not all(
                 np.all(sess.run(s) == 1.0) for s in rms if s is not None
