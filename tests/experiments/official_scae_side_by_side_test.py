@@ -1,0 +1,75 @@
+"""The batches and test canvases that both sides of a side-by-side SCAE
+run read (`experiments/official_scae/side_by_side.py`), on made-up MNIST
+files: the same batch for the same seed and step wherever a run resumes,
+every digit whole on its canvas."""
+
+import gzip
+import importlib.util
+import os
+import tempfile
+
+import numpy as np
+
+from keras_capsules.testing import TestCase
+
+_PATH = os.path.join(
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ),
+    "experiments",
+    "official_scae",
+    "side_by_side.py",
+)
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("side_by_side", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_mnist(folder, split, count, rng):
+    images = rng.integers(1, 256, (count, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, count, dtype=np.uint8)
+    with gzip.open(
+        os.path.join(folder, f"{split}-images-idx3-ubyte.gz"), "wb"
+    ) as f:
+        f.write(b"\0" * 16 + images.tobytes())
+    with gzip.open(
+        os.path.join(folder, f"{split}-labels-idx1-ubyte.gz"), "wb"
+    ) as f:
+        f.write(b"\0" * 8 + labels.tobytes())
+    return images, labels
+
+
+class SideBySideDataTest(TestCase):
+    def test_batches_and_canvases(self):
+        side_by_side = _module()
+        rng = np.random.default_rng(0)
+        with tempfile.TemporaryDirectory() as folder:
+            written, written_labels = _write_mnist(folder, "train", 60, rng)
+            images, labels = side_by_side.read_mnist(folder, "train")
+        np.testing.assert_array_equal(images, written)
+        np.testing.assert_array_equal(labels, written_labels)
+        side_by_side.TRAIN_DIGITS = 50  # The made-up split is small.
+        x, y = side_by_side.batch(images, labels, seed=3, step=7, size=16)
+        again_x, again_y = side_by_side.batch(images, labels, 3, 7, size=16)
+        np.testing.assert_array_equal(x, again_x)
+        np.testing.assert_array_equal(y, again_y)
+        other_x, _ = side_by_side.batch(images, labels, 3, 8, size=16)
+        self.assertFalse(np.array_equal(x, other_x))
+        self.assertEqual(x.shape, (16, 40, 40, 1))
+        self.assertEqual(x.dtype, np.float32)
+        # Every digit whole on its canvas: its pixels sum to the digit's.
+        sums = x.reshape(16, -1).sum(axis=1)
+        digit_sums = images.reshape(60, -1).sum(axis=1) / 255.0
+        for total, label in zip(sums, y):
+            matches = np.isclose(digit_sums, total, rtol=1e-5)
+            self.assertTrue(matches.any())
+            self.assertIn(label, labels[matches])
+        test_x, test_y = side_by_side.test_canvases(images, labels, 10)
+        np.testing.assert_array_equal(test_y, labels[:10])
+        np.testing.assert_allclose(
+            test_x.reshape(10, -1).sum(axis=1), digit_sums[:10], rtol=1e-5
+        )
