@@ -22,14 +22,17 @@ SCORES = ("prior_probe", "prior_kmeans", "posterior_probe", "posterior_kmeans")
 
 
 def load(out):
-    """`{(side, seed): {"log": [records], "test": {step: scores}}}`."""
-    runs = collections.defaultdict(lambda: {"log": [], "test": {}})
+    """`{(side, seed): {"log": [records by step], "test": {step:
+    scores}}}`."""
+    runs = collections.defaultdict(lambda: {"log": {}, "test": {}})
     with open(os.path.join(out, "curves.jsonl")) as f:
         for line in f:
             record = json.loads(line)
             run = runs[(record["side"], record["seed"])]
             if "test" not in record:
-                run["log"].append(record)
+                # A run resumed from its last save repeats the steps after
+                # it: the later record of a step is kept.
+                run["log"][record["step"]] = record
                 continue
             test = dict(record["test"])
             if record["side"] == "official":
@@ -47,6 +50,8 @@ def load(out):
                     )
                     test[f"{kind}_finite"] = bool(np.isfinite(presence).all())
             run["test"][record["step"]] = test
+    for run in runs.values():
+        run["log"] = [run["log"][step] for step in sorted(run["log"])]
     return runs
 
 

@@ -7,8 +7,8 @@ seed (`init_seed<SEED>.npz`, through the variable table), and trains on
 the batches of `side_by_side.batch`. Under `--out`:
 
 - `official_seed<SEED>/`: a `tf.train.Saver` checkpoint of every variable
-  (RMSProp's slots and the global step included) after the last step; a
-  later run resumes from it;
+  (RMSProp's slots and the global step included) after every evaluation
+  and the last step; a later run resumes from it;
 - `curves.jsonl`: every `--log-every` steps the mean loss of those steps
   and the terms of the last batch (from one more forward pass, with its
   own noise); every `--eval-every` steps the probes' accuracies on the
@@ -145,6 +145,9 @@ def main():
                     sys.stdout.flush()
                 if (step + 1) % args.eval_every == 0:
                     evaluate(step + 1)
+                    saver.save(
+                        sess, os.path.join(folder, "model"), global_step=step + 1
+                    )
             saver.save(sess, os.path.join(folder, "model"), global_step=args.steps)
 
 

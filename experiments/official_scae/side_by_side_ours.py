@@ -8,8 +8,8 @@ writes under `--out`:
 
 - `init_seed<SEED>.npz`: the initial weights keyed by our weight paths
   (the first run writes it; `side_by_side_official.py` loads it);
-- `ours_seed<SEED>.keras`: the model and its optimizer after the last
-  step (a later run resumes from it);
+- `ours_seed<SEED>.keras`: the model and its optimizer after every
+  evaluation and the last step (a later run resumes from it);
 - `curves.jsonl`: every `--log-every` steps the mean loss of those steps
   and the terms of the last one; every `--eval-every` steps the scores on
   the fixed test canvases (`predict`, deterministic): each linear probe's
@@ -114,6 +114,7 @@ def main(argv=None):
                     "test": score(model, test_x, test_y, args.eval_batch),
                 },
             )
+            model.save(saved)
     model.save(saved)
     print(f"saved {saved} at step {args.steps}", file=sys.stderr)
 
