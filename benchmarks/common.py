@@ -12,8 +12,6 @@ naming a CUDA device creates its context.
 import argparse
 import os
 import platform
-import resource
-import statistics
 import sys
 import time
 
@@ -21,6 +19,8 @@ import keras
 import numpy as np
 
 import keras_capsules
+from benchmarks._process import cpu_model
+from benchmarks._process import median_call
 
 # The MatrixCapsNet sizes the benchmarks measure: the paper's full network
 # (310K parameters) and its small one (68K).
@@ -28,23 +28,6 @@ MATRIX_CAPSNET_CONFIGS = {
     name: dict(keras_capsules.models.MatrixCapsNet.presets[name]["config"])
     for name in ("full", "small")
 }
-
-
-def peak_rss_mib():
-    """Peak resident set size of this process, in MiB.
-
-    Linux's `VmHWM`: a process started by `exec` starts it afresh, whereas
-    `getrusage`'s `ru_maxrss` (the fallback elsewhere) keeps the peak of
-    the parent that forked it.
-    """
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _tensorflow_gpu():
@@ -120,18 +103,6 @@ def framework_version():
         import tensorflow as tf
 
         return tf.__version__
-    return None
-
-
-def cpu_model():
-    """The CPU's model name, as `lscpu` shows it (None if unknown)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return None
 
 
@@ -229,15 +200,6 @@ def int_list(text):
     return values
 
 
-def _median_call(fn, steps):
-    durations = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        durations.append(time.perf_counter() - start)
-    return statistics.median(durations), durations
-
-
 def time_train_steps(model, x, y, steps=10, warmup=2):
     """Times `model.train_on_batch` on one fixed batch.
 
@@ -252,7 +214,7 @@ def time_train_steps(model, x, y, steps=10, warmup=2):
     compile_seconds = time.perf_counter() - start
     for _ in range(max(warmup - 1, 0)):
         model.train_on_batch(x, y)
-    median, durations = _median_call(lambda: model.train_on_batch(x, y), steps)
+    median, durations = median_call(lambda: model.train_on_batch(x, y), steps)
     return {
         "compile_seconds": compile_seconds,
         "step_seconds": median,
@@ -272,7 +234,7 @@ def time_predict_steps(model, x, steps=10, warmup=2):
     compile_seconds = time.perf_counter() - start
     for _ in range(max(warmup - 1, 0)):
         model.predict_on_batch(x)
-    median, durations = _median_call(lambda: model.predict_on_batch(x), steps)
+    median, durations = median_call(lambda: model.predict_on_batch(x), steps)
     return {
         "predict_compile_seconds": compile_seconds,
         "predict_seconds": median,

@@ -49,12 +49,20 @@ from __future__ import print_function
 import json
 import os
 import platform
-import resource
 import sys
 import time
 import traceback
 
 import numpy as np
+
+try:
+    from benchmarks._process import cpu_model
+    from benchmarks._process import median_call
+    from benchmarks._process import peak_rss_mib
+except ImportError:  # Run as a script: this folder is on the path.
+    from _process import cpu_model
+    from _process import median_call
+    from _process import peak_rss_mib
 
 # The flags of google-research capsule_em's experiment.py for the matrix
 # network of the paper, whatever their defaults: a 5x5 stride-2
@@ -87,39 +95,6 @@ def em_flags(architecture, batch_size, routing_iterations):
         "--batch_size=%d" % batch_size,
         "--routing_iteration=%d" % routing_iterations,
     ]
-
-
-def peak_rss_mib():
-    """As `benchmarks.common.peak_rss_mib`: Linux's `VmHWM` (afresh at
-    `exec`, where `ru_maxrss` keeps the forking parent's peak)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except (IOError, OSError):
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def median_call(fn, steps):
-    durations = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        durations.append(time.perf_counter() - start)
-    return float(np.median(durations)), durations
 
 
 def time_calls(fn, steps, warmup):

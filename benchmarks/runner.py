@@ -34,6 +34,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import _process  # noqa: E402
 from benchmarks import common  # noqa: E402
 from benchmarks import models  # noqa: E402
 
@@ -53,7 +54,7 @@ def measure_point(spec):
     rng = np.random.default_rng(spec["seed"])
     # The process's memory before the model: interpreter, framework and
     # runtime, which both implementations pay alike.
-    baseline_rss = common.peak_rss_mib()
+    baseline_rss = _process.peak_rss_mib()
     model, x, y = models.build(spec, rng)
     row = dict(spec)
     row["jit_compile"] = model.jit_compile
@@ -71,7 +72,7 @@ def measure_point(spec):
             model, x, steps=spec["steps"], warmup=spec["warmup"]
         )
     )
-    row["peak_rss_mib"] = common.peak_rss_mib()
+    row["peak_rss_mib"] = _process.peak_rss_mib()
     row["baseline_rss_mib"] = baseline_rss
     row["rss_growth_mib"] = row["peak_rss_mib"] - baseline_rss
     row["device_peak_mib"] = common.device_peak_mib()

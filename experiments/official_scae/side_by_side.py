@@ -82,4 +82,9 @@ def add_arguments(parser):
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=500)
     parser.add_argument("--test-images", type=int, default=10000)
-    parser.add_argument("--eval-batch", type=int, default=500)
+    parser.add_argument(
+        "--eval-batch",
+        type=int,
+        default=500,
+        help="The official side's evaluation batch (ours predicts 500 at a time).",
+    )

@@ -29,24 +29,11 @@ import keras
 import numpy as np
 import side_by_side
 
-from keras_capsules import metrics
 from keras_capsules.models import StackedCapsuleAutoencoder
 
-
-def score(model, canvases, labels, batch_size):
-    out = model.predict(canvases, batch_size=batch_size, verbose=0)
-    result = {}
-    for kind, name in (
-        ("prior", "object_presence"),
-        ("posterior", "object_posterior_presence"),
-    ):
-        logits = out[f"{kind}_logits"]
-        result[f"{kind}_probe"] = float(np.mean(logits.argmax(-1) == labels))
-        result[f"{kind}_kmeans"] = metrics.kmeans_accuracy(out[name], labels)
-        result[f"{kind}_finite"] = bool(
-            np.isfinite(out[name]).all() and np.isfinite(logits).all()
-        )
-    return result
+# The scores of the training-variant study (experiments/scae_variants.py).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scae_variants import score  # noqa: E402
 
 
 def main(argv=None):
@@ -84,7 +71,7 @@ def main(argv=None):
             {
                 **record,
                 "step": 0,
-                "test": score(model, test_x, test_y, args.eval_batch),
+                "test": score(model, test_x, test_y),
             },
         )
     losses, start = [], time.time()
@@ -111,7 +98,7 @@ def main(argv=None):
                 {
                     **record,
                     "step": step + 1,
-                    "test": score(model, test_x, test_y, args.eval_batch),
+                    "test": score(model, test_x, test_y),
                 },
             )
             model.save(saved)
