@@ -1,6 +1,6 @@
 """What a measuring process reads of itself, without a framework (so that
 `official_codes.py` runs it under Python 3.7 with TensorFlow 1): its peak
-memory, the CPU's name, and the median of timed calls."""
+memory, the CPU's name, and the timing of a training or inference call."""
 
 import resource
 import statistics
@@ -36,12 +36,43 @@ def cpu_model():
     return None
 
 
-def median_call(fn, steps):
-    """Calls `fn()` `steps` times; returns the median of their seconds and
-    every one."""
+def _time_calls(fn, steps, warmup):
+    """The first call's seconds, then the median and every one of `steps`
+    timed calls after `warmup - 1` more untimed ones."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    for _ in range(max(warmup - 1, 0)):
+        fn()
     durations = []
     for _ in range(steps):
         start = time.perf_counter()
         fn()
         durations.append(time.perf_counter() - start)
-    return statistics.median(durations), durations
+    return first, statistics.median(durations), durations
+
+
+def train_timing(step, images, steps, warmup):
+    """Times `step()`, one training step on a fixed batch of `images`
+    images (it must wait for its own completion): the first (compiling)
+    call, the median of `steps` calls after `warmup` in all, images per
+    second and every timed call, under the runner's row keys."""
+    first, median, durations = _time_calls(step, steps, warmup)
+    return {
+        "compile_seconds": first,
+        "step_seconds": median,
+        "train_images_per_second": images / median,
+        "train_step_seconds_all": durations,
+    }
+
+
+def predict_timing(call, images, steps, warmup):
+    """As `train_timing`, for one inference call, under the prediction
+    keys of a row."""
+    first, median, durations = _time_calls(call, steps, warmup)
+    return {
+        "predict_compile_seconds": first,
+        "predict_seconds": median,
+        "inference_images_per_second": images / median,
+        "predict_seconds_all": durations,
+    }

@@ -13,14 +13,14 @@ import argparse
 import os
 import platform
 import sys
-import time
 
 import keras
 import numpy as np
 
 import keras_capsules
 from benchmarks._process import cpu_model
-from benchmarks._process import median_call
+from benchmarks._process import predict_timing
+from benchmarks._process import train_timing
 
 # The MatrixCapsNet sizes the benchmarks measure: the paper's full network
 # (310K parameters) and its small one (68K).
@@ -209,18 +209,9 @@ def time_train_steps(model, x, y, steps=10, warmup=2):
     Returns a dict with the median step time in seconds, training images
     per second, the first-call (compile) time and every timed step.
     """
-    start = time.perf_counter()
-    model.train_on_batch(x, y)
-    compile_seconds = time.perf_counter() - start
-    for _ in range(max(warmup - 1, 0)):
-        model.train_on_batch(x, y)
-    median, durations = median_call(lambda: model.train_on_batch(x, y), steps)
-    return {
-        "compile_seconds": compile_seconds,
-        "step_seconds": median,
-        "train_images_per_second": _num_images(x) / median,
-        "train_step_seconds_all": durations,
-    }
+    return train_timing(
+        lambda: model.train_on_batch(x, y), _num_images(x), steps, warmup
+    )
 
 
 def time_predict_steps(model, x, steps=10, warmup=2):
@@ -229,18 +220,9 @@ def time_predict_steps(model, x, steps=10, warmup=2):
     Returns a dict with the median call time in seconds, inference images
     per second, the first-call (compile) time and every timed call.
     """
-    start = time.perf_counter()
-    model.predict_on_batch(x)
-    compile_seconds = time.perf_counter() - start
-    for _ in range(max(warmup - 1, 0)):
-        model.predict_on_batch(x)
-    median, durations = median_call(lambda: model.predict_on_batch(x), steps)
-    return {
-        "predict_compile_seconds": compile_seconds,
-        "predict_seconds": median,
-        "inference_images_per_second": _num_images(x) / median,
-        "predict_seconds_all": durations,
-    }
+    return predict_timing(
+        lambda: model.predict_on_batch(x), _num_images(x), steps, warmup
+    )
 
 
 def _num_images(x):

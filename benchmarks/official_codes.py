@@ -50,19 +50,20 @@ import json
 import os
 import platform
 import sys
-import time
 import traceback
 
 import numpy as np
 
 try:
     from benchmarks._process import cpu_model
-    from benchmarks._process import median_call
     from benchmarks._process import peak_rss_mib
+    from benchmarks._process import predict_timing
+    from benchmarks._process import train_timing
 except ImportError:  # Run as a script: this folder is on the path.
     from _process import cpu_model
-    from _process import median_call
     from _process import peak_rss_mib
+    from _process import predict_timing
+    from _process import train_timing
 
 # The flags of google-research capsule_em's experiment.py for the matrix
 # network of the paper, whatever their defaults: a 5x5 stride-2
@@ -97,28 +98,16 @@ def em_flags(architecture, batch_size, routing_iterations):
     ]
 
 
-def time_calls(fn, steps, warmup):
-    """The first call's seconds, then the median and every one of `steps`
-    timed calls after `warmup - 1` more untimed ones."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    for _ in range(max(warmup - 1, 0)):
-        fn()
-    median, durations = median_call(fn, steps)
-    return first, median, durations
-
-
-def install_shims(tf):
-    """`xrange`, and `NCHW` convolutions through `NHWC` without a GPU.
-    Returns the names of the shims installed."""
+def install_shims(tf, gpu):
+    """`xrange`, and `NCHW` convolutions through `NHWC` without a GPU
+    (`gpu` False). Returns the names of the shims installed."""
     import builtins
 
     shims = []
     if not hasattr(builtins, "xrange"):
         builtins.xrange = range
         shims.append("xrange")
-    if not tf.test.is_gpu_available():
+    if not gpu:
         conv2d = tf.nn.conv2d
 
         def conv2d_via_nhwc(
@@ -162,6 +151,24 @@ def install_shims(tf):
     return shims
 
 
+def image_features(tf, x, y):
+    """The features both codes read, on placeholders: `images` in their
+    `NCHW` layout, one-hot `labels`, the image size and the number of
+    classes; and the feed that gives them the batch `(x, y)` (NHWC)."""
+    batch_size, height, _, depth = x.shape
+    images = tf.placeholder(tf.float32, (batch_size, depth, height, height))
+    labels = tf.placeholder(tf.float32, y.shape)
+    features = {
+        "images": images,
+        "labels": labels,
+        "height": height,
+        "depth": depth,
+        "num_classes": y.shape[1],
+    }
+    feed = {images: np.transpose(x, (0, 3, 1, 2)), labels: y}
+    return features, feed
+
+
 def build_capsnet(tf, checkout, x, y):
     """Sarasra/models research/capsules (`checkout` is that folder): the
     train op, the logits and the placeholders of its features."""
@@ -169,27 +176,16 @@ def build_capsnet(tf, checkout, x, y):
     import experiment
     from models import capsule_model
 
-    batch_size, height, _, depth = x.shape
-    images = tf.placeholder(tf.float32, (batch_size, depth, height, height))
-    labels = tf.placeholder(tf.float32, y.shape)
-    recons_label = tf.placeholder(tf.int32, (batch_size,))
-    features = {
-        "images": images,
-        "labels": labels,
-        "recons_image": images,
-        "recons_label": recons_label,
-        "height": height,
-        "depth": depth,
-        "num_targets": 1,
-        "num_classes": y.shape[1],
-    }
+    features, feed = image_features(tf, x, y)
+    recons_label = tf.placeholder(tf.int32, (len(x),))
+    features.update(
+        recons_image=features["images"],
+        recons_label=recons_label,
+        num_targets=1,
+    )
+    feed[recons_label] = np.argmax(y, axis=1).astype("int32")
     model = capsule_model.CapsuleModel(experiment.default_hparams())
     result, inferred = model.multi_gpu([features], 1)
-    feed = {
-        images: np.transpose(x, (0, 3, 1, 2)),
-        labels: y,
-        recons_label: np.argmax(y, axis=1).astype("int32"),
-    }
     return result.train_op, inferred[0].logits, feed
 
 
@@ -200,22 +196,11 @@ def build_matrix_capsnet(tf, checkout, x, y, architecture, routing_iterations):
     from capsule_em import experiment
     from capsule_em import model
 
-    batch_size, height, _, depth = x.shape
     experiment.FLAGS(
-        ["official_codes"]
-        + em_flags(architecture, batch_size, routing_iterations)
+        ["official_codes"] + em_flags(architecture, len(x), routing_iterations)
     )
-    images = tf.placeholder(tf.float32, (batch_size, depth, height, height))
-    labels = tf.placeholder(tf.float32, y.shape)
-    features = {
-        "images": images,
-        "labels": labels,
-        "height": height,
-        "depth": depth,
-        "num_classes": y.shape[1],
-    }
+    features, feed = image_features(tf, x, y)
     result = model.multi_gpu_model([features])
-    feed = {images: np.transpose(x, (0, 3, 1, 2)), labels: y}
     return result["train"], result["logits"], feed
 
 
@@ -228,7 +213,8 @@ def measure(spec):
     xla_flags = os.environ.pop("XLA_FLAGS", "")
     import tensorflow as tf
 
-    shims = install_shims(tf)
+    gpu = tf.test.is_gpu_available()
+    shims = install_shims(tf, gpu)
     # As `benchmarks.runner`: the interpreter and the framework, before the
     # model.
     baseline_rss = peak_rss_mib()
@@ -266,29 +252,21 @@ def measure(spec):
                     tf.local_variables_initializer(),
                 )
             )
-            first, median, durations = time_calls(
-                lambda: session.run(train_op, feed),
-                spec["steps"],
-                spec["warmup"],
+            row.update(
+                train_timing(
+                    lambda: session.run(train_op, feed),
+                    len(x),
+                    spec["steps"],
+                    spec["warmup"],
+                )
             )
             row.update(
-                {
-                    "compile_seconds": first,
-                    "step_seconds": median,
-                    "train_images_per_second": len(x) / median,
-                    "train_step_seconds_all": durations,
-                }
-            )
-            first, median, durations = time_calls(
-                lambda: session.run(logits, feed), spec["steps"], spec["warmup"]
-            )
-            row.update(
-                {
-                    "predict_compile_seconds": first,
-                    "predict_seconds": median,
-                    "inference_images_per_second": len(x) / median,
-                    "predict_seconds_all": durations,
-                }
+                predict_timing(
+                    lambda: session.run(logits, feed),
+                    len(x),
+                    spec["steps"],
+                    spec["warmup"],
+                )
             )
     row["peak_rss_mib"] = peak_rss_mib()
     row["baseline_rss_mib"] = baseline_rss
@@ -299,7 +277,7 @@ def measure(spec):
     # Not "environment", which `benchmarks.runner` keeps for the package's.
     row["official_environment"] = {
         "backend": "tensorflow 1 (graph)",
-        "device": "gpu" if tf.test.is_gpu_available() else "cpu",
+        "device": "gpu" if gpu else "cpu",
         "cpu": cpu_model(),
         "framework": tf.__version__,
         "python": sys.version.split()[0],

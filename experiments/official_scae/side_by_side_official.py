@@ -145,10 +145,10 @@ def main():
                     sys.stdout.flush()
                 if (step + 1) % args.eval_every == 0:
                     evaluate(step + 1)
+                if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
                     saver.save(
                         sess, os.path.join(folder, "model"), global_step=step + 1
                     )
-            saver.save(sess, os.path.join(folder, "model"), global_step=args.steps)
 
 
 if __name__ == "__main__":

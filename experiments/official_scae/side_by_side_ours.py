@@ -101,8 +101,8 @@ def main(argv=None):
                     "test": score(model, test_x, test_y),
                 },
             )
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             model.save(saved)
-    model.save(saved)
     print(f"saved {saved} at step {args.steps}", file=sys.stderr)
 
 
