@@ -115,6 +115,17 @@ class BilinearSampleTest(TestCase):
         # The point 1.5 pixels outside has no gradient.
         self.assertAllClose(grad_points[1, 3], np.zeros(2))
 
+    def test_nan_points_leave_the_others_alone(self):
+        # A NaN point reads a valid cell (no index error) and the other
+        # points sample as without it.
+        image = _random((1, 3, 4, 1), seed=7)
+        points = np.array([[[0.3, 0.6], [np.nan, 1.0], [1.0, np.nan]]])
+        points = points.astype("float32")
+        sampled = ops.convert_to_numpy(bilinear_sample(image, points))
+        self.assertAllClose(
+            sampled[0, 0], references.scae_resample(image[0], points[0, :1])[0]
+        )
+
     def test_half_precision(self):
         image = ops.cast(_random((1, 4, 4, 1)), "float16")
         sampled = bilinear_sample(image, np.full((1, 2, 2), 1.5, "float32"))
