@@ -364,6 +364,12 @@ class StackedCapsuleAutoencoder(CapsuleModel, architectures=_ARCHITECTURES):
             total_steps=total_steps,
             **kwargs,
         )
+        # `compute_loss` takes the loss itself, never through Keras'
+        # compiled loss, which would stay unbuilt: Keras would then trace
+        # the model again (eagerly on PyTorch) in every `train_on_batch`,
+        # `test_on_batch` and `evaluate` to build it.
+        if self._compile_loss is not None:
+            self._compile_loss.built = True
 
     def compile_from_config(self, config):
         # A model saved before the release was compiled with `loss=None`:

@@ -299,6 +299,28 @@ class StackedCapsuleAutoencoderTest(TestCase):
         second = model.train_on_batch(x, return_dict=True)["loss"]
         self.assertNotAlmostEqual(float(first), float(second), places=3)
 
+    def test_train_on_batch_runs_the_model_once_a_step(self):
+        # Keras rebuilds an unbuilt compiled loss by running the model
+        # again in every train_on_batch; the model's loss is its own.
+        if keras.backend.backend() == "jax":
+            # The same Keras code; JAX's eager steps take two minutes.
+            self.skipTest("eager JAX is slow; PyTorch and TensorFlow test it")
+        model = _small()
+        model.compile(run_eagerly=True)
+        x = _images()
+        model.train_on_batch(x)
+        calls = []
+        call = model.template_decoder.call
+
+        def counted(*args, **kwargs):
+            calls.append(1)
+            return call(*args, **kwargs)
+
+        model.template_decoder.call = counted
+        model.train_on_batch(x)
+        model.test_on_batch(x)
+        self.assertEqual(len(calls), 2)
+
     def test_outputs_uint8_images_and_non_finite_pixels(self):
         model = _small()
         outputs = model(_images())
