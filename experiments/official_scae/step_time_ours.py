@@ -4,7 +4,9 @@
 `StackedCapsuleAutoencoder.from_preset("scae_mnist")` with `compile()`'s
 defaults (XLA on TensorFlow and JAX), `--steps` timed `train_on_batch`
 calls on one fixed batch of random 40x40 canvases (with labels, for the
-probes) after `--warmup` untimed ones (the first compiles). With
+probes) after `--warmup` untimed ones (the first compiles); with `--fit`,
+the steps of one `model.fit` on that batch repeated (the path a user
+takes; `--warmup` at least 1). With
 `--threads 1` TensorFlow and XLA use one thread (set before Keras is
 imported); pin the process as the official one (`taskset -c 0`). Also
 times a float32 matmul of 2048x2048 matrices with the same backend and
@@ -28,6 +30,11 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     step_timing.add_arguments(parser)
     parser.add_argument("--flops", action="store_true")
+    parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="Time the steps of one model.fit on arrays, not train_on_batch.",
+    )
     return parser.parse_args()
 
 
@@ -56,6 +63,32 @@ def matmul_rate(ops, size=2048, repeats=5):
         ops.convert_to_numpy(ops.matmul(a, b))
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e9
+
+
+def fit_steps(model, images, labels, warmup, steps):
+    """The seconds of `steps` training steps inside one `model.fit` on
+    arrays (the batch repeated), after `warmup` steps: the time between
+    the ends of consecutive batches."""
+    import keras
+    import numpy as np
+
+    ends = []
+
+    class Ends(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            ends.append(time.perf_counter())
+
+    repeats = warmup + steps
+    model.fit(
+        np.concatenate([images] * repeats),
+        np.concatenate([labels] * repeats),
+        batch_size=len(images),
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[Ends()],
+    )
+    return list(np.diff(ends[warmup - 1 :]))
 
 
 def step_gflop(model, images, labels):
@@ -103,14 +136,20 @@ def main():
         "scae_mnist"
     )
     model.compile()
-    seconds = step_timing.time_steps(
-        lambda: model.train_on_batch(images, labels), args.warmup, args.steps
-    )
+    if args.fit:
+        seconds = fit_steps(model, images, labels, args.warmup, args.steps)
+    else:
+        seconds = step_timing.time_steps(
+            lambda: model.train_on_batch(images, labels),
+            args.warmup,
+            args.steps,
+        )
     record = step_timing.record(
         "ours",
         args,
         seconds,
         backend=keras.backend.backend(),
+        path="fit" if args.fit else "train_on_batch",
         matmul_gflops=round(matmul_rate(ops), 1),
     )
     if args.flops:
