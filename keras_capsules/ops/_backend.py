@@ -16,10 +16,10 @@ fastest formulation differs, they ask a function here:
   with each pose in one piece (`em/_vote_layouts.PositionsFirst`), plain
   sums, plain `keras.ops.conv`, and padding by concatenation (`_tiles.pad`);
   the SCAE's bilinear sampler keeps its forward intermediates for its
-  gradient (`templates._sample_keeping`) instead of recomputing them.
+  gradient (`_bilinear.sample_points`) instead of recomputing them.
 - JAX partitions the compiled step itself under data parallelism: there
   the SCAE's bilinear sampler gathers from each image's own table of
-  cells (`templates._sample`), which keeps the batch split; TensorFlow
+  cells (`_bilinear.sample_points`), which keeps the batch split; TensorFlow
   and PyTorch gather faster from one table of the batch.
 
 Symbolic tensors (functional model construction) only need shapes: they
@@ -74,7 +74,7 @@ def routes_children_first():
 
 
 def gathers_per_example():
-    """Whether the bilinear sampler of `ops/templates.py` gathers from
+    """Whether the bilinear sampler of `ops/_bilinear.py` gathers from
     each image's own table (`keras.ops.take_along_axis`) rather than from
     one table of the whole batch.
 
@@ -90,7 +90,7 @@ def gathers_per_example():
 
 
 def keeps_sampling_intermediates():
-    """Whether the bilinear sampler of `ops/templates.py` keeps the
+    """Whether the bilinear sampler of `ops/_bilinear.py` keeps the
     intermediates of its forward pass for its gradient (PyTorch) rather
     than reading the four neighbours again.
 
