@@ -2,7 +2,7 @@
 `side_by_side_official.py`): a table of the test scores of both sides at
 every evaluation, and with `--plot` a figure of the loss, the two
 log-likelihoods and the scores against the step, one line per side and
-seed. The official side's k-means accuracies are computed here, from its
+seed, and with `--scores` the scores as JSON. The official side's k-means accuracies are computed here, from its
 saved presences, by the package's `metrics.kmeans_accuracy` (as ours).
 
     python side_by_side_compare.py --out /tmp/scae_side_by_side \\
@@ -118,10 +118,26 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="/tmp/scae_side_by_side")
     parser.add_argument("--plot", default=None, help="A .png file.")
+    parser.add_argument(
+        "--scores",
+        default=None,
+        help="A .json file for the test scores of every run and evaluation.",
+    )
     args = parser.parse_args(argv)
     runs = load(args.out)
     print("Test accuracies in % (" + " / ".join(SCORES) + "):")
     print(table(runs))
+    if args.scores:
+        scores = {
+            f"{side} seed {seed}": {
+                str(step): {s: float(test[s]) for s in SCORES}
+                for step, test in sorted(run["test"].items())
+            }
+            for (side, seed), run in sorted(runs.items())
+        }
+        with open(args.scores, "w") as f:
+            json.dump(scores, f, indent=1)
+        print(f"wrote {args.scores}")
     if args.plot:
         plot(runs, args.plot)
         print(f"wrote {args.plot}")

@@ -5,6 +5,7 @@ every digit whole on its canvas."""
 
 import gzip
 import importlib.util
+import json
 import os
 import tempfile
 
@@ -73,3 +74,50 @@ class SideBySideDataTest(TestCase):
         np.testing.assert_allclose(
             test_x.reshape(10, -1).sum(axis=1), digit_sums[:10], rtol=1e-5
         )
+
+
+class SideBySideCompareTest(TestCase):
+    def test_scores_of_both_sides(self):
+        spec = importlib.util.spec_from_file_location(
+            "side_by_side_compare",
+            os.path.join(os.path.dirname(_PATH), "side_by_side_compare.py"),
+        )
+        compare = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(compare)
+        labels = np.repeat(np.arange(10), 4)
+        # Presences that separate the classes: k-means finds them all.
+        presence = np.eye(10, dtype="float32")[labels] * 5.0
+        noise = np.random.default_rng(0).uniform(size=presence.shape)
+        test = {"prior_probe": 0.5, "posterior_probe": 0.25}
+        records = [
+            {"side": "official", "seed": 0, "step": 50, "mean_loss": 9.0},
+            {"side": "official", "seed": 0, "step": 50, "mean_loss": 7.0},
+            {"side": "official", "seed": 0, "step": 100, "test": test},
+            {
+                "side": "ours",
+                "seed": 0,
+                "step": 100,
+                "test": {**test, "prior_kmeans": 0.3, "posterior_kmeans": 0.4},
+            },
+        ]
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "curves.jsonl"), "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in records)
+            np.savez(
+                os.path.join(folder, "eval_official_seed0_100.npz"),
+                prior_presence=presence,
+                posterior_presence=noise,
+                labels=labels,
+            )
+            runs = compare.load(folder)
+            compare.main(["--out", folder, "--scores", f"{folder}/s.json"])
+            with open(os.path.join(folder, "s.json")) as f:
+                scores = json.load(f)
+        # A resumed run's later record of a step is kept.
+        self.assertEqual(runs[("official", 0)]["log"][0]["mean_loss"], 7.0)
+        self.assertEqual(scores["official seed 0"]["100"]["prior_kmeans"], 1.0)
+        # Presences that tell nothing apart.
+        self.assertLess(
+            scores["official seed 0"]["100"]["posterior_kmeans"], 0.6
+        )
+        self.assertEqual(scores["ours seed 0"]["100"]["posterior_kmeans"], 0.4)
