@@ -31,7 +31,9 @@ def sample_points(images, x, y):
     its own table (`take_along_axis`), and the scatter is the gather's own
     gradient: under data parallelism each device then reads and writes
     only its share of the batch. Elsewhere one table holds the whole
-    batch, and the scatter is written out: both are faster there.
+    batch, and the scatter is written out: both are faster there. Where
+    `_backend.keeps_sampling_intermediates` says so (PyTorch, eager),
+    `_sample_keeping` keeps what the gradient reads instead.
     """
     if keeps_sampling_intermediates():
         return _sample_keeping(images, x, y)
@@ -195,18 +197,18 @@ def _pixels_of_cells(table, image_shape):
 
 
 def _sample_keeping(images, x, y):
-    """`sample_points` for a backend that runs it eagerly (PyTorch), where every
-    operation is another pass over the batch's points: the same samples
-    and gradients in about half the passes.
+    """`sample_points` for a backend that runs it eagerly (PyTorch),
+    where every operation is another pass over the batch's points: the
+    same samples and gradients in about half the passes.
 
     A point is first clamped into the padded image: one more than a pixel
     outside (or NaN) lands on the zero border, where it reads zero (its
     weight on the image's pixels is exactly zero), so no mask is needed
-    forward.
-    The corners are mixed row by row (`top + wx (right - left)`), the
-    forward pass keeps what the gradient reads (the weights, the
-    differences of the neighbours, the cells' rows), and the coordinates'
-    gradient is masked to zero outside, as the resampler's is.
+    forward. The corners are mixed row by row (`top + wx (right -
+    left)`), the forward pass keeps what the gradient reads (the weights,
+    the differences of the neighbours, the cells' rows), and the
+    coordinates' gradient is masked to zero outside, as the resampler's
+    is.
     """
     _, height, width, channels = images.shape
     num_cells = (height + 1) * (width + 1)
