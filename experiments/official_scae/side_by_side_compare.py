@@ -1,9 +1,11 @@
 """The curves of side-by-side runs (`side_by_side_ours.py`,
 `side_by_side_official.py`): a table of the test scores of both sides at
-every evaluation, and with `--plot` a figure of the loss, the two
-log-likelihoods and the scores against the step, one line per side and
-seed, and with `--scores` the scores as JSON. The official side's k-means accuracies are computed here, from its
-saved presences, by the package's `metrics.kmeans_accuracy` (as ours).
+every evaluation, with `--plot` a figure of the loss, the two
+log-likelihoods and the scores against the step (one line per side and
+seed: ours solid, official dashed, a noise control dotted), and with
+`--scores` the scores as JSON. The official side's k-means accuracies are
+computed here, from its saved presences, by the package's
+`metrics.kmeans_accuracy` (as ours).
 
     python side_by_side_compare.py --out /tmp/scae_side_by_side \\
         --plot side_by_side.png
@@ -103,7 +105,7 @@ def plot(runs, path):
             axis.plot(
                 steps,
                 values,
-                "-" if side == "ours" else "--",
+                {"ours": "-", "official": "--"}.get(side, ":"),
                 label=f"{side}, seed {seed}",
             )
         axis.set_title(title)

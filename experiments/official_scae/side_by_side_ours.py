@@ -7,7 +7,10 @@ the batches of `side_by_side.batch`, one `train_on_batch` a step, and
 writes under `--out`:
 
 - `init_seed<SEED>.npz`: the initial weights keyed by our weight paths
-  (the first run writes it; `side_by_side_official.py` loads it);
+  (the first run writes it; `side_by_side_official.py` loads it, and so
+  does a control run with `--noise-seed`: the same weights and batches,
+  the presence noise of another seed, recorded as side
+  `ours-noise<NOISE_SEED>`);
 - `ours_seed<SEED>.keras`: the model and its optimizer after every
   evaluation and the last step (a later run resumes from it);
 - `curves.jsonl`: every `--log-every` steps the mean loss of those steps
@@ -39,28 +42,42 @@ from scae_variants import score  # noqa: E402
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     side_by_side.add_arguments(parser)
+    parser.add_argument(
+        "--noise-seed",
+        type=int,
+        default=None,
+        help="A control: the run of --seed (its initial weights and "
+        "batches) with the presence noise of another seed.",
+    )
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     images, labels = side_by_side.read_mnist(args.mnist, "train")
     test_x, test_y = side_by_side.test_canvases(
         *side_by_side.read_mnist(args.mnist, "t10k"), args.test_images
     )
-    saved = os.path.join(args.out, f"ours_seed{args.seed}.keras")
+    side = "ours"
+    if args.noise_seed is not None:
+        side = f"ours-noise{args.noise_seed}"
+    saved = os.path.join(args.out, f"{side}_seed{args.seed}.keras")
+    init = os.path.join(args.out, f"init_seed{args.seed}.npz")
     if os.path.exists(saved):
         model = keras.saving.load_model(saved)
     else:
-        keras.utils.set_random_seed(args.seed)
-        model = StackedCapsuleAutoencoder.from_preset(
-            "scae_mnist", seed=args.seed
-        )
+        seed = args.seed if args.noise_seed is None else args.noise_seed
+        keras.utils.set_random_seed(seed)
+        model = StackedCapsuleAutoencoder.from_preset("scae_mnist", seed=seed)
         model.compile()
-        np.savez(
-            os.path.join(args.out, f"init_seed{args.seed}.npz"),
-            **{v.path: np.asarray(v.numpy()) for v in model.weights},
-        )
+        if args.noise_seed is None:
+            np.savez(
+                init, **{v.path: np.asarray(v.numpy()) for v in model.weights}
+            )
+        else:
+            weights = np.load(init)
+            for variable in model.weights:
+                variable.assign(weights[variable.path])
     done = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     record = {
-        "side": "ours",
+        "side": side,
         "seed": args.seed,
         "backend": keras.backend.backend(),
     }
