@@ -96,10 +96,11 @@ def keeps_sampling_intermediates():
 
     Eager PyTorch makes one pass over the batch's points per operation:
     the SCAE's template warping (40 templates on a 40x40 canvas for each
-    of 128 images, 8.2 M points) was about 80 % of its training step, and
-    keeping the weights and differences of the neighbours halves the
-    passes. XLA fuses the recomputation into the gradient's loops, where
-    keeping them would only hold more memory.
+    of 128 images, 8.2 M points) is most of its training step, and keeping
+    the weights and differences of the neighbours halves the passes (a
+    `fit` step 5-6 % faster, docs/performance.md). XLA fuses the
+    recomputation into the gradient's loops, where keeping them would only
+    hold more memory.
     """
     return keras.backend.backend() == "torch"
 
