@@ -97,9 +97,6 @@ def sample_points(images, x, y):
             axis=-1,
         )
 
-    def upstream_of(args, upstream):
-        return args[0] if upstream is None else upstream
-
     if gathers_per_example():
 
         def gather(table, index):
@@ -110,7 +107,7 @@ def sample_points(images, x, y):
             _, inside, wx, wy = cells(x, y)
 
             def grad(*args, upstream=None):
-                upstream = upstream_of(args, upstream)
+                upstream = _upstream(args, upstream)
                 index, inside, wx, wy = cells(x, y)
                 values = gather(table, index)
                 grad_x, grad_y = coordinate_grads(
@@ -143,19 +140,13 @@ def sample_points(images, x, y):
         sampled = mix(gather_rows(images, index), inside, wx, wy)
 
         def grad(*args, upstream=None):
-            upstream = upstream_of(args, upstream)
+            upstream = _upstream(args, upstream)
             index, inside, wx, wy = cells(x, y)
             values = gather_rows(images, index)
             grad_x, grad_y = coordinate_grads(values, upstream, inside, wx, wy)
             updates = corner_updates(upstream, inside, wx, wy)
-            num_images = ops.shape(images)[0]
-            table = ops.scatter_update(
-                ops.zeros((num_images * num_cells, 4 * channels), x.dtype),
-                rows_of(index),
-                ops.reshape(updates, (-1, 4 * channels)),
-                reduction="add",
-            )
-            return _pixels_of_cells(table, images.shape), grad_x, grad_y
+            grad_images = _pixels_of_cells(updates, rows_of(index), images)
+            return grad_images, grad_x, grad_y
 
         return sampled, grad
 
@@ -179,12 +170,27 @@ def _cell_table(images):
     return ops.reshape(table, (-1, (height + 1) * (width + 1), 4 * channels))
 
 
-def _pixels_of_cells(table, image_shape):
-    """The adjoint of `_cell_table`: a table of the batch's cells,
-    `(n * cells, 4 * channels)`, summed back onto the pixels of images of
-    shape `image_shape` (each corner onto its pixel; the padding dropped).
-    """
-    _, height, width, channels = image_shape
+def _upstream(args, upstream):
+    """The upstream gradient a custom gradient receives: positionally on
+    some backends, as `upstream=` on others."""
+    return args[0] if upstream is None else upstream
+
+
+def _pixels_of_cells(updates, rows, images):
+    """The adjoint of gathering rows `rows` `(m, 1)` of the batch's table of
+    cells of `images`: `updates` (`m` rows of `4 * channels` values, in
+    any shape) scatter-added into the table, then each corner summed back
+    onto its pixel (the padding dropped)."""
+    _, height, width, channels = images.shape
+    num_cells = (height + 1) * (width + 1)
+    table = ops.scatter_update(
+        ops.zeros(
+            (ops.shape(images)[0] * num_cells, 4 * channels), updates.dtype
+        ),
+        rows,
+        ops.reshape(updates, (-1, 4 * channels)),
+        reduction="add",
+    )
     table = ops.reshape(table, (-1, height + 1, width + 1, 4 * channels))
     padded = sum(
         ops.pad(
@@ -244,7 +250,7 @@ def _sample_keeping(images, x, y):
         sampled = top + wy * dy
 
         def grad(*args, upstream=None):
-            upstream = args[0] if upstream is None else upstream
+            upstream = _upstream(args, upstream)
             inside = (x >= 0.0) & (x < width + 1.0)
             inside = inside & (y >= 0.0) & (y < height + 1.0)
             bottom = upstream * wy
@@ -256,14 +262,8 @@ def _sample_keeping(images, x, y):
             corners = [top - top_right, top_right]
             corners += [bottom - bottom_right, bottom_right]
             updates = ops.stack(corners, axis=-2)
-            table = ops.scatter_update(
-                ops.zeros((num_images * num_cells, 4 * channels), x.dtype),
-                rows[:, None],
-                ops.reshape(updates, (-1, 4 * channels)),
-                reduction="add",
-            )
             return (
-                _pixels_of_cells(table, images.shape),
+                _pixels_of_cells(updates, rows[:, None], images),
                 ops.where(inside, grad_x, 0.0),
                 ops.where(inside, grad_y, 0.0),
             )
