@@ -1,11 +1,13 @@
 """The curves of side-by-side runs (`side_by_side_ours.py`,
 `side_by_side_official.py`): a table of the test scores of both sides at
-every evaluation, with `--plot` a figure of the loss, the two
-log-likelihoods and the scores against the step (one line per side and
-seed: ours solid, official dashed, a noise control dotted), and with
-`--scores` the scores as JSON. The official side's k-means accuracies are
-computed here, from its saved presences, by the package's
-`metrics.kmeans_accuracy` (as ours).
+every evaluation; a table of how far each run's mean loss lies from
+another run's of the same seed (the official code's, and ours for a noise
+control), by windows of `--window` steps; with `--plot` a figure of the
+loss, its distance from the official code's, the two log-likelihoods and
+the scores against the step (a colour per side, ours solid for seed 0 and
+dashed for seed 1, and so on); and with `--scores` the scores as JSON.
+The official side's k-means accuracies are computed here, from its saved
+presences, by the package's `metrics.kmeans_accuracy` (as ours).
 
     python side_by_side_compare.py --out /tmp/scae_side_by_side \\
         --plot side_by_side.png
@@ -76,6 +78,56 @@ def table(runs):
     return "\n".join(lines)
 
 
+def loss_gaps(runs, reference):
+    """`{(side, seed): (steps, gaps)}`: for every other run of a seed that
+    `reference` (a side) also ran, `(loss - reference loss) / reference
+    loss` of the mean losses at the steps both recorded."""
+    gaps = {}
+    for (side, seed), run in sorted(runs.items()):
+        if side == reference or (reference, seed) not in runs:
+            continue
+        other = {
+            r["step"]: r["mean_loss"] for r in runs[(reference, seed)]["log"]
+        }
+        pairs = [
+            (r["step"], (r["mean_loss"] - other[r["step"]]) / other[r["step"]])
+            for r in run["log"]
+            if r["step"] in other
+        ]
+        if pairs:
+            gaps[(side, seed)] = tuple(np.array(p) for p in zip(*pairs))
+    return gaps
+
+
+def gap_table(runs, window):
+    """Rows of windows of `window` steps; a column per run and reference
+    side: the mean relative loss gap in % and its range."""
+    columns = {}
+    for reference in ("official", "ours"):
+        for key, value in loss_gaps(runs, reference).items():
+            if key[0] != "official":
+                columns[f"{key[0]} - {reference}, seed {key[1]}"] = value
+    last = max((int(s[-1]) for s, _ in columns.values()), default=0)
+    lines = [
+        "| steps | " + " | ".join(columns) + " |",
+        "| --- |" + " --- |" * len(columns),
+    ]
+    for start in range(0, last, window):
+        cells = []
+        for steps, gaps in columns.values():
+            inside = gaps[(steps > start) & (steps <= start + window)]
+            cells.append(
+                f"{100 * inside.mean():+.2f} ({100 * inside.min():+.1f} to "
+                f"{100 * inside.max():+.1f})"
+                if len(inside)
+                else ""
+            )
+        lines.append(
+            f"| {start + 1:,}-{start + window:,} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines)
+
+
 def plot(runs, path):
     import matplotlib
 
@@ -84,16 +136,25 @@ def plot(runs, path):
 
     panels = (
         ("log", "mean_loss", "loss (mean since the last record)"),
+        ("gap", None, "loss - official loss, same seed (%)"),
         ("log", "image_log_likelihood", "image log-likelihood"),
         ("log", "part_log_likelihood", "part log-likelihood"),
         ("test", "posterior_kmeans", "posterior k-means (test)"),
         ("test", "posterior_probe", "posterior probe (test)"),
         ("test", "prior_kmeans", "prior k-means (test)"),
     )
-    figure, axes = plt.subplots(2, 3, figsize=(15, 8))
+    sides = sorted({side for side, _ in runs}, key=lambda s: (s != "ours", s))
+    colours = {side: f"C{i}" for i, side in enumerate(sides)}
+    gaps = loss_gaps(runs, "official")
+    figure, axes = plt.subplots(2, 4, figsize=(19, 8))
     for axis, (kind, key, title) in zip(axes.flat, panels):
         for (side, seed), run in sorted(runs.items()):
-            if kind == "log":
+            if kind == "gap":
+                if (side, seed) not in gaps:
+                    continue
+                steps, values = gaps[(side, seed)]
+                values = 100 * values
+            elif kind == "log":
                 steps = [r["step"] for r in run["log"]]
                 values = [
                     r["mean_loss"] if key == "mean_loss" else r["terms"][key]
@@ -105,13 +166,17 @@ def plot(runs, path):
             axis.plot(
                 steps,
                 values,
-                {"ours": "-", "official": "--"}.get(side, ":"),
+                ("-", "--", ":", "-.")[seed % 4],
+                color=colours[side],
                 label=f"{side}, seed {seed}",
             )
         axis.set_title(title)
         axis.set_xlabel("step")
         axis.grid(alpha=0.3)
-    axes.flat[0].legend()
+    axes.flat[-1].axis("off")
+    axes.flat[-1].legend(
+        *axes.flat[0].get_legend_handles_labels(), loc="center"
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=80)
 
@@ -121,6 +186,12 @@ def main(argv=None):
     parser.add_argument("--out", default="/tmp/scae_side_by_side")
     parser.add_argument("--plot", default=None, help="A .png file.")
     parser.add_argument(
+        "--window",
+        type=int,
+        default=500,
+        help="The steps of a row of the loss-gap table.",
+    )
+    parser.add_argument(
         "--scores",
         default=None,
         help="A .json file for the test scores of every run and evaluation.",
@@ -129,6 +200,11 @@ def main(argv=None):
     runs = load(args.out)
     print("Test accuracies in % (" + " / ".join(SCORES) + "):")
     print(table(runs))
+    print(
+        "\nLoss of a run minus that of another of the same seed, relative, "
+        "in %: mean (range) of the records in each window:"
+    )
+    print(gap_table(runs, args.window))
     if args.scores:
         scores = {
             f"{side} seed {seed}": {

@@ -93,6 +93,7 @@ class SideBySideCompareTest(TestCase):
             {"side": "official", "seed": 0, "step": 50, "mean_loss": 9.0},
             {"side": "official", "seed": 0, "step": 50, "mean_loss": 7.0},
             {"side": "official", "seed": 0, "step": 100, "test": test},
+            {"side": "ours", "seed": 0, "step": 50, "mean_loss": 7.7},
             {
                 "side": "ours",
                 "seed": 0,
@@ -110,6 +111,7 @@ class SideBySideCompareTest(TestCase):
                 labels=labels,
             )
             runs = compare.load(folder)
+            gaps = compare.gap_table(runs, 500)
             compare.main(["--out", folder, "--scores", f"{folder}/s.json"])
             with open(os.path.join(folder, "s.json")) as f:
                 scores = json.load(f)
@@ -121,3 +123,7 @@ class SideBySideCompareTest(TestCase):
             scores["official seed 0"]["100"]["posterior_kmeans"], 0.6
         )
         self.assertEqual(scores["ours seed 0"]["100"]["posterior_kmeans"], 0.4)
+        # Ours 10 % above the official loss of the same step (the later
+        # record of the official step).
+        self.assertIn("| ours - official, seed 0 |", gaps)
+        self.assertIn("| 1-500 | +10.00 (+10.0 to +10.0) |", gaps)
