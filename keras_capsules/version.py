@@ -1,6 +1,6 @@
 """The single source of the package version."""
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 
 def version():
