@@ -13,8 +13,8 @@ at offsets from `RandomState(1234)`, the same for every seed.
 Imported before TensorFlow (as the official side does), it gives
 TensorFlow the BFC CPU allocator unless the environment says otherwise,
 as `step_timing` does: the official step is about a third faster with it.
-Our side, which imports Keras first, gets
-it from the environment (README).
+Our side, which imports Keras first, gets it from the environment
+(README).
 """
 
 from __future__ import print_function
