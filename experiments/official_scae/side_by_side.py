@@ -9,12 +9,6 @@ canvas (the official `pad_and_shift`: 0 to 12 pixels down and right), from
 is the same on every NumPy; so a run resumed at any step, on either side,
 draws the same batches. The test canvases: the first `count` test digits
 at offsets from `RandomState(1234)`, the same for every seed.
-
-Imported before TensorFlow (as the official side does), it gives
-TensorFlow the BFC CPU allocator unless the environment says otherwise,
-as `step_timing` does: the official step is about a third faster with it.
-Our side, which imports Keras first, gets it from the environment
-(README).
 """
 
 from __future__ import print_function
@@ -24,8 +18,6 @@ import json
 import os
 
 import numpy as np
-
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 CANVAS = 40
 DIGIT = 28
