@@ -20,6 +20,7 @@ from keras_capsules import layers
 from keras_capsules import ops as capsule_ops
 from keras_capsules.testing import TestCase
 from tests import references
+from tests.compiled import compiled
 
 # float32 routing against the float64 transcriptions.
 _TOLERANCE = 1e-4
@@ -131,13 +132,9 @@ class OfficialOptionsTest(TestCase):
         if seed == 2:
             activations[1] = 0.0
         beta_v, beta_a = _betas(rng, num_out)
-        poses, probabilities = capsule_ops.em_routing(
-            votes,
-            activations,
-            beta_v,
-            beta_a,
-            **capsule_ops.OFFICIAL_EM_CLASS_OPTIONS,
-        )
+        poses, probabilities = compiled(
+            capsule_ops.em_routing, **capsule_ops.OFFICIAL_EM_CLASS_OPTIONS
+        )(votes, activations, beta_v, beta_a)
         expected = _official_class(votes, activations, beta_v, beta_a)
         self.assertAllClose(poses, expected[0], atol=_TOLERANCE, rtol=0)
         self.assertAllClose(probabilities, expected[1], atol=_TOLERANCE, rtol=0)
@@ -166,35 +163,30 @@ class OfficialOptionsTest(TestCase):
         activations = rng.uniform(size=(2, grid, grid, num_in))
         activations = _with_inactive_children(activations.astype("float32"))
         beta_v, beta_a = _betas(rng, num_out)
-        poses, probabilities = capsule_ops.em_conv_routing(
-            votes,
-            activations,
-            beta_v,
-            beta_a,
-            kernel,
-            strides,
-            padding,
+        geometry = {
+            "kernel_size": kernel,
+            "strides": strides,
+            "padding": padding,
+        }
+        poses, probabilities = compiled(
+            capsule_ops.em_conv_routing,
+            **geometry,
             **capsule_ops.OFFICIAL_EM_OPTIONS,
-        )
+        )(votes, activations, beta_v, beta_a)
         expected = _official_conv(
             votes, activations, beta_v, beta_a, kernel, strides, padding
         )
         self.assertAllClose(poses, expected[0], atol=_TOLERANCE, rtol=0)
         self.assertAllClose(probabilities, expected[1], atol=_TOLERANCE, rtol=0)
         # The check has teeth: the exact per-child normalisation differs.
-        exact = capsule_ops.em_conv_routing(
-            votes,
-            activations,
-            beta_v,
-            beta_a,
-            kernel,
-            strides,
-            padding,
+        exact = compiled(
+            capsule_ops.em_conv_routing,
+            **geometry,
             **{
                 **capsule_ops.OFFICIAL_EM_OPTIONS,
                 "routing_normalization": "official",
             },
-        )
+        )(votes, activations, beta_v, beta_a)
         difference = keras.ops.convert_to_numpy(exact[0]) - expected[0]
         self.assertGreater(np.max(np.abs(difference)), 100 * _TOLERANCE)
 

@@ -13,6 +13,7 @@ from keras_capsules.ops.em import _core
 from keras_capsules.ops.em import _vote_layouts
 from keras_capsules.testing import TestCase
 from tests import references
+from tests.compiled import compiled
 
 
 def _conv_connectivity(grid, num_in, kernel, strides, padding, num_out):
@@ -451,15 +452,17 @@ class EMConvRoutingTest(TestCase):
         (out_h, out_w), entries = _conv_connectivity((5, 5), 2, 3, 1, "same", 3)
         votes = 1e4 * rng.normal(size=(2, out_h, out_w, 18, 3, 16))
         activations = rng.uniform(size=(2, 5, 5, 2)).astype("float32")
-        outputs = capsule_ops.em_conv_routing(
-            votes.astype("float32"),
-            activations,
-            np.ones(3, "float32"),
-            np.ones(3, "float32"),
+        outputs = compiled(
+            capsule_ops.em_conv_routing,
             kernel_size=3,
             padding="same",
             routing_normalization="all_parents",
             return_assignments=True,
+        )(
+            votes.astype("float32"),
+            activations,
+            np.ones(3, "float32"),
+            np.ones(3, "float32"),
         )
         self.assertAllFinite(outputs)
         assignments = keras.ops.convert_to_numpy(outputs[2])
@@ -476,14 +479,9 @@ class EMConvRoutingTest(TestCase):
     def test_degenerate_inputs_are_finite(self):
         votes, activations = _degenerate_batch((2, 2, 18, 3, 16), (4, 4, 2))
         for mode in ("official", "paper"):
-            outputs = capsule_ops.em_conv_routing(
-                votes,
-                activations,
-                np.ones(3, "float32"),
-                np.ones(3, "float32"),
-                kernel_size=3,
-                routing_mode=mode,
-            )
+            outputs = compiled(
+                capsule_ops.em_conv_routing, kernel_size=3, routing_mode=mode
+            )(votes, activations, np.ones(3, "float32"), np.ones(3, "float32"))
             self.assertAllFinite(outputs, msg=mode)
         _fit_probe(self, votes, activations, conv=True)
 
@@ -607,31 +605,26 @@ class ConvRoutingLayoutTest(TestCase):
         geometry = tiling(
             (size, size), (kernel, kernel), (stride, stride), padding
         )
-        expected = _core.route_conv(
-            votes,
-            activations,
-            beta_v,
-            beta_a,
-            _vote_layouts.PositionsFirst(geometry, num_in),
-            routing_normalization="official",
-            options=options,
-            return_assignments=True,
-        )
+        routing = {
+            "routing_normalization": "official",
+            "options": options,
+            "return_assignments": True,
+        }
+        expected = compiled(
+            _core.route_conv,
+            layout=_vote_layouts.PositionsFirst(geometry, num_in),
+            **routing,
+        )(votes, activations, beta_v, beta_a)
         # (batch, h, w, children, out, 4 * 4) -> (children, batch, h, w,
         # 4, out, 4).
         children_first = np.reshape(
             votes, (batch, out_h, out_w, children, num_out, 4, 4)
         ).transpose(3, 0, 1, 2, 5, 4, 6)
-        actual = _core.route_conv(
-            children_first,
-            activations,
-            beta_v,
-            beta_a,
-            _vote_layouts.ChildrenFirst(geometry, num_in),
-            routing_normalization="official",
-            options=options,
-            return_assignments=True,
-        )
+        actual = compiled(
+            _core.route_conv,
+            layout=_vote_layouts.ChildrenFirst(geometry, num_in),
+            **routing,
+        )(children_first, activations, beta_v, beta_a)
         for a, e in zip(actual, expected):
             self.assertEqual(tuple(a.shape), tuple(e.shape))
             # Three iterations of float32 arithmetic in another order.
