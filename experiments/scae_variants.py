@@ -197,16 +197,29 @@ def plot(jsonl, path):
             record = json.loads(line)
             if "validation" in record:
                 runs.setdefault(record["name"], []).append(record)
+    # Ten colours, then the same ones dashed with square markers, so that
+    # every run keeps a look of its own in every panel.
+    colors = plt.get_cmap("tab10").colors
+    styles = {
+        name: {
+            "color": colors[i % len(colors)],
+            "linestyle": "-" if i < len(colors) else "--",
+        }
+        for i, name in enumerate(runs)
+    }
     figure, axes = plt.subplots(2, 3, figsize=(13, 7.5))
     for ax, (kind, key, title) in zip(axes.flat, PANELS):
         for name, records in runs.items():
+            style = styles[name]
             if kind == "validation":
                 steps = [r["step"] for r in records]
                 values = [100 * r["validation"][key] for r in records]
-                ax.plot(steps, values, marker="o", label=name)
+                marker = "o" if style["linestyle"] == "-" else "s"
+                ax.plot(steps, values, marker=marker, label=name, **style)
             else:
                 points = [p for r in records for p in r["losses"]]
-                ax.plot([p["step"] for p in points], [p[key] for p in points])
+                steps = [p["step"] for p in points]
+                ax.plot(steps, [p[key] for p in points], **style)
         ax.set_title(title + (" (%)" if kind == "validation" else ""))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -214,7 +227,7 @@ def plot(jsonl, path):
     figure.legend(
         *axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=3
     )
-    figure.tight_layout(rect=(0, 0.1, 1, 1))
+    figure.tight_layout(rect=(0, 0.13, 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
