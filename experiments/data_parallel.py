@@ -34,6 +34,9 @@ losses and the largest weight difference. A data-parallel step should hold
 only all-reduces (of gradients, metrics and batch statistics), whose bytes
 do not grow with the batch, and each device should see its share.
 `--model` takes several networks there, checked one after the other.
+`--train-steps-only-after-first` compiles the evaluate and predict steps at
+the first batch only (the train step, which holds the forward pass, at
+every batch): the tests' shorter run.
 
 Without `--check` or `--collectives` the script trains, prints the
 progress of `fit`, saves the model as `<model>.keras` in `--output-dir`
@@ -165,6 +168,12 @@ def parse_args(argv=None):
         help="The global batches of --collectives.",
     )
     parser.add_argument(
+        "--train-steps-only-after-first",
+        action="store_true",
+        help="With --collectives: the evaluate and predict steps at the "
+        "first of --batch-sizes only.",
+    )
+    parser.add_argument(
         "--output-dir",
         default=None,
         help="Where to save the trained model, <model>.keras. Defaults to "
@@ -192,6 +201,8 @@ def parse_args(argv=None):
         parser.error("--batch-size(s) and --epochs must be positive")
     if args.check and args.collectives:
         parser.error("--check and --collectives are separate runs")
+    if args.train_steps_only_after_first and not args.collectives:
+        parser.error("--train-steps-only-after-first needs --collectives")
     if not args.collectives:
         if len(args.model) > 1:
             parser.error("only --collectives takes several --model")
@@ -521,7 +532,9 @@ def check(engine, single, args, x, y):
 
 def collectives(engine, single, args, x, y, directory):
     """For each model of `--model`: compiles its train, evaluate and
-    predict steps under `engine` at each global batch of `--batch-sizes`,
+    predict steps under `engine` at each global batch of `--batch-sizes`
+    (evaluate and predict at the first only, with
+    `--train-steps-only-after-first`),
     runs each once and reads their optimized HLO dumped into `directory`;
     at the first batch it also trains one step from the same weights on
     `single` (plain SGD, as `check`).
@@ -576,8 +589,9 @@ def collectives(engine, single, args, x, y, directory):
                 if batches:
                     model.fit(images, labels, batch_size=batch, verbose=0)
                     steps = new_step_modules(directory, seen)
-                model.evaluate(images, labels, batch_size=batch, verbose=0)
-                model.predict(images, batch_size=batch, verbose=0)
+                if len(batches) == 0 or not args.train_steps_only_after_first:
+                    model.evaluate(images, labels, batch_size=batch, verbose=0)
+                    model.predict(images, batch_size=batch, verbose=0)
             for step, found in new_step_modules(directory, seen).items():
                 steps.setdefault(step, []).extend(found)
             batches.append({"global_batch": batch, "steps": steps})

@@ -6,9 +6,8 @@ pinned to one core, that join one job, assert that JAX sees two processes,
 and train the smallest network of the three supervised families on their
 own halves of every global batch of `mnist.ShiftedDigits`. The tests
 check that both end with the same weights, that these are the weights of
-one process trained on the whole global batches (and not those of a
-process trained on its half alone), that the presets process 0 alone
-wrote hold them, and that a two-process run
+one process trained on the whole global batches, that the presets
+process 0 alone wrote hold them, and that a two-process run
 stopped at an epoch boundary and resumed from its backups ends with the
 weights of the uninterrupted run.
 
@@ -55,8 +54,9 @@ _FLAGS = (
 # difference measured was 1.0e-4 of the largest weight update for
 # EfficientCapsNet (9e-6 absolute; 1.3e-5 with XLA's optimizations off),
 # 3e-5 for CapsNet and 2e-7 for MatrixCapsNet; a run on one process's half
-# alone differed by 0.06 to 2.5 of the update. The Stacked Capsule
-# Autoencoder runs the same way outside CI (docs/data_parallel.md).
+# alone differed by 0.06 to 2.5 of the update, so the bound tells a job
+# that did not sum the two halves' gradients from one that did. The Stacked
+# Capsule Autoencoder runs the same way outside CI (docs/data_parallel.md).
 _RELATIVE_WEIGHT_TOLERANCE = 1e-3
 _TIMEOUT = 300
 
@@ -152,10 +152,9 @@ class TwoProcessTest(TestCase):
             with self.subTest(model=model):
                 initial = _weights(report, model, "initial")
                 final = _weights(report, model, "final")
-                # The same global batches in one process, and process 0's
-                # halves alone, from the same weights.
+                # The same global batches in one process, from the same
+                # weights.
                 _, whole = self.experiment.train(model, args, 1, 0, initial)
-                _, half = self.experiment.train(model, args, 2, 0, initial)
                 update = _max_difference(final, initial)
                 self.assertGreater(update, 1e-6, "training changed nothing")
                 tolerance = _RELATIVE_WEIGHT_TOLERANCE * update
@@ -164,9 +163,6 @@ class TwoProcessTest(TestCase):
                 )
                 self.assertAllClose(
                     report[f"{model}/loss"], whole["loss"], rtol=1e-5, atol=0
-                )
-                self.assertGreater(
-                    _max_difference(final, half["final"]), 10 * tolerance
                 )
 
     def check_preset(self, output_dir, report, models):

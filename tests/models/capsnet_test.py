@@ -17,6 +17,7 @@ from keras_capsules.losses import MarginLoss
 from keras_capsules.models import CapsNet
 from keras_capsules.testing import TestCase
 from tests import references
+from tests.compiled import compiled
 
 # Small enough to compile and train in seconds on any backend, with every
 # size different from the others so that shape mix-ups fail.
@@ -160,9 +161,12 @@ class CapsNetTest(TestCase):
         for total_steps in (1, 2, 72, 100):
             known = _schedule(model.default_optimizer(total_steps))
             self.assertIsInstance(known, schedules.CosineDecay)
+            # One compiled function per schedule: eagerly on JAX, the
+            # warm-up's `ops.cond` compiles its branches at every step.
+            rate = compiled(known)
             steps = np.arange(total_steps + 1)
             self.assertAllClose(
-                np.array([float(known(step)) for step in steps]),
+                np.array([float(rate(step)) for step in steps]),
                 _held_cosine(steps, total_steps),
                 atol=1e-9,
             )

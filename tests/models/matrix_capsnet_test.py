@@ -13,6 +13,7 @@ from keras_capsules.losses import SpreadLoss
 from keras_capsules.models import MatrixCapsNet
 from keras_capsules.testing import TestCase
 from tests import references
+from tests.compiled import compiled
 
 # One tiny configuration everywhere (the "tiny" preset's sizes): on JAX
 # every new weight shape costs an XLA compilation of its initializer.
@@ -115,7 +116,7 @@ class MatrixCapsNetTest(TestCase):
         self.assertEqual(activations.shape, (3, 5))
         self.assertAllFinite(activations)
         self.assertTrue(np.all((activations >= 0) & (activations <= 1)))
-        poses, class_activations = model.class_capsules(x)
+        poses, class_activations = compiled(model.class_capsules)(x)
         self.assertEqual(tuple(poses.shape), (3, 5, 4, 4))
         self.assertAllFinite(poses)
         self.assertAllClose(class_activations, activations, atol=1e-6)
