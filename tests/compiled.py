@@ -11,8 +11,9 @@ whose subject is not the eager path call through `compiled`: the EM
 routing's reference, layout, normalisation and degenerate-input checks,
 CapsNet's schedules at every step, and the networks' outputs that a test
 compares with something else (`class_capsules`, `reconstruct`, the SCAE's
-outputs and loss). Other tests call the same ops and networks eagerly, so both paths
-stay covered. TensorFlow and PyTorch call the function as it is.
+outputs and loss). Other tests call the same ops and networks eagerly, so
+both paths stay covered. TensorFlow and PyTorch call the function as it
+is.
 """
 
 import functools
