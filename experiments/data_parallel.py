@@ -589,7 +589,7 @@ def collectives(engine, single, args, x, y, directory):
                 if batches:
                     model.fit(images, labels, batch_size=batch, verbose=0)
                     steps = new_step_modules(directory, seen)
-                if len(batches) == 0 or not args.train_steps_only_after_first:
+                if not batches or not args.train_steps_only_after_first:
                     model.evaluate(images, labels, batch_size=batch, verbose=0)
                     model.predict(images, batch_size=batch, verbose=0)
             for step, found in new_step_modules(directory, seen).items():
