@@ -1,6 +1,6 @@
-"""Pytest configuration: the `large` marker, the backend banner, one
-share of the cores per pytest-xdist worker on PyTorch, and one compilation
-cache for a run's processes on JAX."""
+"""Pytest configuration: the `large` and `primary_backend` markers, the
+backend banner, one share of the cores per pytest-xdist worker on PyTorch,
+and one compilation cache for a run's processes on JAX."""
 
 import os
 import shutil
@@ -9,6 +9,10 @@ import tempfile
 import keras
 import pytest
 
+# The backend that runs every test; the others skip the tests marked
+# `primary_backend` (see docs/development.md).
+PRIMARY_BACKEND = "tensorflow"
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -16,6 +20,15 @@ def pytest_addoption(parser):
         action="store_true",
         default=False,
         help="Run tests marked `large` (real data, long training).",
+    )
+    parser.addoption(
+        "--every_backend",
+        action="store_true",
+        default=False,
+        help=(
+            "Run tests marked `primary_backend` on this backend too (they "
+            f"run on {PRIMARY_BACKEND} only by default)."
+        ),
     )
 
 
@@ -53,9 +66,35 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--run_large"):
-        return
-    skip_large = pytest.mark.skip(reason="needs --run_large")
-    for item in items:
-        if "large" in item.keywords:
-            item.add_marker(skip_large)
+    if not config.getoption("--run_large"):
+        skip_large = pytest.mark.skip(reason="needs --run_large")
+        for item in items:
+            if "large" in item.keywords:
+                item.add_marker(skip_large)
+    if keras.backend.backend() != PRIMARY_BACKEND and not config.getoption(
+        "--every_backend"
+    ):
+        skip_primary = pytest.mark.skip(
+            reason=f"primary_backend: runs on {PRIMARY_BACKEND} "
+            "(--every_backend runs it here)"
+        )
+        for item in items:
+            if not _runs_on_every_backend(item):
+                item.add_marker(skip_primary)
+
+
+def _runs_on_every_backend(item):
+    """False for a test marked `primary_backend`, unless the marker's
+    `every_backend` names this case of a parameterized test:
+    `@pytest.mark.primary_backend(every_backend=("official",))`, placed
+    below `@parameterized.named_parameters` (next to the `def`), runs the
+    case `official` on every backend and the others on the primary one."""
+    marker = item.get_closest_marker("primary_backend")
+    if marker is None:
+        return True
+    # absl's parameterized cases wrap the test method and add "_<case>" to
+    # its name.
+    method = getattr(item.obj, "__wrapped__", item.obj).__name__
+    return item.name in {
+        f"{method}_{case}" for case in marker.kwargs.get("every_backend", ())
+    }

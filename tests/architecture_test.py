@@ -17,8 +17,13 @@ import ast
 import inspect
 import pathlib
 
+import pytest
+
 import keras_capsules
 from keras_capsules.testing import TestCase
+
+# Rules of the source tree: no backend involved.
+pytestmark = pytest.mark.primary_backend
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 _FOLDERS = (

@@ -5,7 +5,12 @@ of the Markdown files they name."""
 import pathlib
 import re
 
+import pytest
+
 from keras_capsules.testing import TestCase
+
+# Links of the Markdown files: no backend involved.
+pytestmark = pytest.mark.primary_backend
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)

@@ -1,5 +1,4 @@
-"""Every docstring example of the package runs, on every backend (on JAX,
-all but those of the modules in `_EAGER_NETWORKS`).
+"""Every docstring example of the package runs (on the primary backend).
 
 Examples written as doctests (`>>>`) are executed and their printed output
 compared. Fenced ```python blocks are not executed: each module may hold
@@ -13,27 +12,21 @@ import importlib
 import pkgutil
 import re
 
-import keras
+import pytest
 from absl.testing import parameterized
 
 import keras_capsules
 from keras_capsules.testing import TestCase
+
+# Documentation examples: their ops are tested on every backend by the
+# op and layer tests.
+pytestmark = pytest.mark.primary_backend
 
 _MODULES = sorted(
     info.name
     for info in pkgutil.walk_packages(
         keras_capsules.__path__, prefix="keras_capsules."
     )
-)
-
-# Modules whose examples run whole networks eagerly. JAX compiles each
-# operation of an eager run on its own: these took two minutes of a JAX
-# run, where the networks' own tests compile them; the examples run on
-# TensorFlow and PyTorch.
-_EAGER_NETWORKS = (
-    "keras_capsules.models",
-    "keras_capsules.visualization",
-    "keras_capsules.losses.stacked_capsule_autoencoder_loss",
 )
 
 _FENCED = {
@@ -59,10 +52,6 @@ class DocstringsTest(TestCase):
         (name.removeprefix("keras_capsules."), name) for name in _MODULES
     )
     def test_doctests_pass(self, name):
-        if keras.backend.backend() == "jax" and name.startswith(
-            _EAGER_NETWORKS
-        ):
-            self.skipTest("a whole network run eagerly (see _EAGER_NETWORKS)")
         module = importlib.import_module(name)
         finder = doctest.DocTestFinder(exclude_empty=True)
         runner = doctest.DocTestRunner(

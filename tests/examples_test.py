@@ -14,6 +14,10 @@ from absl.testing import parameterized
 from keras_capsules.datasets import mnist
 from keras_capsules.testing import TestCase
 
+# The recipes' rules and smoke runs: the models they call are tested on
+# every backend by the model tests.
+pytestmark = pytest.mark.primary_backend
+
 _EXAMPLES_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"
 )

@@ -12,6 +12,7 @@ from unittest import mock
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 import keras_capsules
@@ -19,6 +20,10 @@ from benchmarks import common
 from benchmarks import models
 from benchmarks import naive_em
 from keras_capsules.testing import TestCase
+
+# The benchmarks' baseline and its comparison points: the layers they
+# compare are tested on every backend by the layer tests.
+pytestmark = pytest.mark.primary_backend
 
 # Sizes far below the benchmark's, measured through its own build path:
 # ConvCaps1 on a 5x5 grid (3 types to 4), and the tiny MatrixCapsNet on

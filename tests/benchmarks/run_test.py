@@ -9,6 +9,7 @@ import tempfile
 
 import keras
 import numpy as np
+import pytest
 
 from benchmarks import models
 from benchmarks import official_codes
@@ -16,6 +17,9 @@ from benchmarks import report
 from benchmarks import run
 from benchmarks import runner
 from keras_capsules.testing import TestCase
+
+# The benchmark runner's command line and records.
+pytestmark = pytest.mark.primary_backend
 
 _MEASURED = (
     "compile_seconds",

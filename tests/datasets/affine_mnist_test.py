@@ -7,12 +7,16 @@ all of these tests together.
 """
 
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules.datasets import affine_mnist
 from keras_capsules.datasets import mnist
 from tests import non_finite
 from tests import references
+
+# Data pipelines in NumPy and tf.data: no Keras backend involved.
+pytestmark = pytest.mark.primary_backend
 
 # The first 1000 training images of the embedded sample, (N, 28, 28).
 _DIGITS = mnist.load_sample("train")[0][:1000, ..., 0]

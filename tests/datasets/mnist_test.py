@@ -17,6 +17,9 @@ from tests import non_finite
 from tests import references
 from tests.datasets import helpers
 
+# Data pipelines in NumPy and tf.data: no Keras backend involved.
+pytestmark = pytest.mark.primary_backend
+
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _MNIST_DIR = os.path.join(_REPO, "..", "shared", "data", "mnist")
 # Their sizes in bytes, as TFDS registers them.

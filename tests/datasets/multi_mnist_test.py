@@ -11,6 +11,9 @@ from absl.testing import parameterized
 from keras_capsules.datasets import multi_mnist
 from tests import non_finite
 
+# Data pipelines in NumPy and tf.data: no Keras backend involved.
+pytestmark = pytest.mark.primary_backend
+
 
 def _boxes(num_images=200):
     """28x28 images, each a 20x20 box (the extent of an MNIST digit) of

@@ -4,11 +4,15 @@ import struct
 from unittest import mock
 
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules import testing
 from keras_capsules.datasets import smallnorb
 from tests.datasets import helpers
+
+# Data pipelines in NumPy and tf.data: no Keras backend involved.
+pytestmark = pytest.mark.primary_backend
 
 _PREFIXES = {
     "train": "smallnorb-5x46789x9x18x6x2x96x96-training",

@@ -18,6 +18,10 @@ from keras_capsules.datasets import mnist
 from keras_capsules.testing import TestCase
 from tests import resume
 
+# The harnesses' flags, data and smoke runs: the models they train are
+# tested on every backend by the model tests.
+pytestmark = pytest.mark.primary_backend
+
 _EXPERIMENTS_DIR = os.path.join(
     os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,8 +10,12 @@ import os
 import tempfile
 
 import numpy as np
+import pytest
 
 from keras_capsules.testing import TestCase
+
+# The side-by-side run's data, in NumPy.
+pytestmark = pytest.mark.primary_backend
 
 _PATH = os.path.join(
     os.path.dirname(

@@ -29,6 +29,7 @@ import weakref
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -208,11 +209,18 @@ POLICIES = {
 }
 
 
-def _dtype_cases():
+def _dtype_cases(*policies):
+    """The cases of `CASES` under `policies`, named by layer (and by policy
+    where there are several)."""
     return [
-        (f"{name}_{policy}", factory, inputs, policy)
+        (
+            name if len(policies) == 1 else f"{name}_{policy}",
+            factory,
+            inputs,
+            policy,
+        )
         for name, factory, inputs in CASES
-        for policy in POLICIES
+        for policy in policies
     ]
 
 
@@ -299,8 +307,20 @@ def _float64_scope(policy):
 
 
 class DtypeTest(TestCase):
-    @parameterized.named_parameters(_dtype_cases())
-    def test_layer_dtype(self, factory, inputs, policy):
+    # Half precision, where the backends' kernels differ, on every backend.
+    @parameterized.named_parameters(
+        _dtype_cases("mixed_float16", "mixed_bfloat16")
+    )
+    def test_half_precision(self, factory, inputs, policy):
+        self._check_dtype(factory, inputs, policy)
+
+    # float64, the same casts in the layers' code, on the primary backend.
+    @parameterized.named_parameters(_dtype_cases("float64"))
+    @pytest.mark.primary_backend
+    def test_float64(self, factory, inputs, policy):
+        self._check_dtype(factory, inputs, policy)
+
+    def _check_dtype(self, factory, inputs, policy):
         variable_dtype, compute_dtype, tolerance = POLICIES[policy]
         with _float64_scope(policy):
             # Keras casts float inputs to the compute dtype itself; float64

@@ -2,6 +2,7 @@ import os
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules import ops as capsule_ops
@@ -198,6 +199,7 @@ class EMClassCapsTest(TestCase):
                 )
         keras.config.set_dtype_policy("float32")
 
+    @pytest.mark.primary_backend
     def test_matrix_capsule_network_compiles_fits_and_reloads(self):
         # Conv2D -> PrimaryMatrixCaps -> EMConvCaps -> EMClassCaps, the
         # paper's stack at toy size, jit-compiled where the backend can.

@@ -1,5 +1,6 @@
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules import ops as capsule_ops
@@ -31,6 +32,9 @@ class EMConvCapsTest(TestCase):
             (2, 2),
         ),
     )
+    # The official setting on every backend; the other geometries, the same
+    # index arithmetic, on the primary one.
+    @pytest.mark.primary_backend(every_backend=("k3_s2_official_setting",))
     def test_layer_basics(self, extra_kwargs, grid, out_grid):
         init_kwargs = {"num_capsules": 2, "kernel_size": (3, 3)}
         init_kwargs.update(extra_kwargs)

@@ -2,6 +2,7 @@ import re
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -24,6 +25,9 @@ class PrimaryCapsTest(TestCase):
         ("valid", (2, 8, 8, 3), (3, 3), (2, 2), "valid", (2, 18, 4)),
         ("same_rectangular", (2, 6, 9, 3), (3, 2), (1, 3), "same", (2, 36, 4)),
     )
+    # One geometry on every backend; the other, the same index arithmetic, on
+    # the primary one.
+    @pytest.mark.primary_backend(every_backend=("valid",))
     def test_layer(self, input_shape, kernel_size, strides, padding, expected):
         self.run_layer_test(
             PrimaryCaps,

@@ -9,11 +9,17 @@ import pkgutil
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 import keras_capsules
 from keras_capsules.testing import TestCase
 from tests.models.presets_test import MODELS as _MODELS
+
+# Signatures, argument checks and saved schedules, the same code on every
+# backend; each model's fit, save and load run on every backend in its own
+# tests.
+pytestmark = pytest.mark.primary_backend
 
 _KERAS_METHODS = ("fit", "train_on_batch", "evaluate", "predict")
 # The subpackages whose modules hold classes; `datasets` and

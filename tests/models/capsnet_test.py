@@ -88,6 +88,7 @@ def _pairs(batch=6, seed=0):
 
 
 class CapsNetTest(TestCase):
+    @pytest.mark.primary_backend
     def test_paper_parameter_counts(self):
         model = CapsNet()
         counts = {layer.name: layer.count_params() for layer in model.layers}
@@ -104,6 +105,7 @@ class CapsNetTest(TestCase):
             model.get_layer("primary_caps").output.shape, (None, 1152, 8)
         )
 
+    @pytest.mark.primary_backend
     def test_graph(self):
         model = CapsNet(**SMALL_CONFIG)
         self.assertIsInstance(model.get_layer("primary_caps"), PrimaryCaps)
@@ -122,6 +124,7 @@ class CapsNetTest(TestCase):
         )
 
     @parameterized.named_parameters(("batch_1", 1), ("batch_5", 5))
+    @pytest.mark.primary_backend
     def test_any_batch_size(self, batch):
         model = CapsNet(**SMALL_CONFIG)
         x, y = _data(batch)
@@ -131,6 +134,7 @@ class CapsNetTest(TestCase):
         self.assertEqual(tuple(model.reconstruct(x).shape), x.shape)
         self.assertEqual(tuple(model.reconstruct(x, y).shape), x.shape)
 
+    @pytest.mark.primary_backend
     def test_reconstruct_checks_the_label_width(self):
         model = CapsNet(**SMALL_CONFIG)
         x, _ = _data(2)
@@ -145,6 +149,7 @@ class CapsNetTest(TestCase):
         with self.assertRaisesRegex(ValueError, r"Received: y\.shape"):
             model.decode(model.class_capsules(x), np.eye(5)[[0, 1]])
 
+    @pytest.mark.primary_backend
     def test_default_optimizer_follows_the_run_length(self):
         model = CapsNet(**SMALL_CONFIG)
         schedules = keras.optimizers.schedules
@@ -269,6 +274,7 @@ class CapsNetTest(TestCase):
         history = loaded.fit(x, y, batch_size=8, epochs=1, verbose=0)
         self.assertTrue(np.isfinite(history.history["loss"][0]))
 
+    @pytest.mark.primary_backend
     def test_two_objects_fit_evaluate_reconstruct(self):
         model = CapsNet(**SMALL_CONFIG, num_objects=2)
         model.compile()
@@ -319,6 +325,7 @@ class CapsNetTest(TestCase):
         )
         self.assertAllClose(loss, expected, atol=1e-5, rtol=1e-5)
 
+    @pytest.mark.primary_backend
     def test_two_objects_need_dict_targets(self):
         model = CapsNet(**SMALL_CONFIG, num_objects=2)
         model.compile()
@@ -340,6 +347,7 @@ class CapsNetTest(TestCase):
         history = model.fit(x, y["labels"], batch_size=4, verbose=0)
         self.assertTrue(np.isfinite(history.history["accuracy"][0]))
 
+    @pytest.mark.primary_backend
     def test_compile_defaults_and_overrides(self):
         model = CapsNet(**SMALL_CONFIG)
         model.compile()
@@ -370,6 +378,7 @@ class CapsNetTest(TestCase):
         self.assertIsInstance(model.optimizer, keras.optimizers.SGD)
         self.assertIs(model.loss, loss)
 
+    @pytest.mark.primary_backend
     def test_without_decoder(self):
         config = dict(SMALL_CONFIG, decoder_units=None)
         model = CapsNet(**config)
@@ -396,6 +405,7 @@ class CapsNetTest(TestCase):
             model.get_config(),
         )
 
+    @pytest.mark.primary_backend
     def test_config_round_trip(self):
         model = CapsNet(**SMALL_CONFIG, name="small_capsnet")
         config = model.get_config()
@@ -490,11 +500,13 @@ class CapsNetTest(TestCase):
             r"at most num_classes \(4\).*Received: num_objects=5",
         ),
     )
+    @pytest.mark.primary_backend
     def test_invalid_arguments(self, kwargs, pattern):
         config = dict(SMALL_CONFIG, **kwargs)
         with self.assertRaisesRegex(ValueError, pattern):
             CapsNet(**config)
 
+    @pytest.mark.primary_backend
     def test_routing_options_reach_digit_caps(self):
         options = {
             "leaky_routing": True,
@@ -535,12 +547,14 @@ class CapsNetTest(TestCase):
         ("stop_gradient", "stop_gradient"),
         ("routing_bias", "routing_bias"),
     )
+    @pytest.mark.primary_backend
     def test_routing_options_must_be_booleans(self, name):
         with self.assertRaisesRegex(
             TypeError, rf"{name} must be a boolean.*Received: {name}=yes$"
         ):
             CapsNet(**SMALL_CONFIG, **{name: "yes"})
 
+    @pytest.mark.primary_backend
     def test_presets_list_the_trained_network(self):
         # No architecture presets: its one preset is the trained network
         # shipped with the package.

@@ -56,6 +56,7 @@ class EfficientCapsNetTest(TestCase):
         ("multimnist", "multimnist", 154_656, 1_936_144, 576, (36, 36, 1)),
         ("smallnorb", "smallnorb", 151_664, 229_570, 0, (48, 48, 2)),
     )
+    @pytest.mark.primary_backend
     def test_authors_parameter_counts(
         self, preset, encoder, decoder, frozen, image_shape
     ):
@@ -76,6 +77,7 @@ class EfficientCapsNetTest(TestCase):
             (16, 8),
         )
 
+    @pytest.mark.primary_backend
     def test_default_is_the_mnist_preset(self):
         self.assertEqual(
             EfficientCapsNet(name="a").get_config(),
@@ -84,6 +86,7 @@ class EfficientCapsNetTest(TestCase):
         with self.assertRaisesRegex(ValueError, r"Received: preset=cifar$"):
             EfficientCapsNet.from_preset("cifar")
 
+    @pytest.mark.primary_backend
     def test_presets(self):
         presets = EfficientCapsNet.presets
         self.assertEqual(
@@ -99,6 +102,7 @@ class EfficientCapsNetTest(TestCase):
         )
         self.assertTrue(presets["efficient_capsnet_mnist"]["trained"])
 
+    @pytest.mark.primary_backend
     def test_config_with_the_old_decoder_argument_fails(self):
         # `decoder` was renamed `decoder_type`; configs are not translated.
         config = EfficientCapsNet(**SMALL_CONFIG).get_config()
@@ -156,6 +160,7 @@ class EfficientCapsNetTest(TestCase):
         history = loaded.fit(x, y, batch_size=8, epochs=1, verbose=0)
         self.assertTrue(np.isfinite(history.history["loss"][0]))
 
+    @pytest.mark.primary_backend
     def test_default_learning_rate_decays_per_epoch_to_a_floor(self):
         # The authors' epochs: 60,000 images at batch 16, 3,750 steps.
         model = EfficientCapsNet(**SMALL_CONFIG)
@@ -182,6 +187,7 @@ class EfficientCapsNetTest(TestCase):
         ):
             model.compile(steps_per_epoch=100)
 
+    @pytest.mark.primary_backend
     def test_two_objects(self):
         model = EfficientCapsNet(**SMALL_CONFIG, num_objects=2)
         model.compile()
@@ -213,6 +219,7 @@ class EfficientCapsNetTest(TestCase):
         self.assertTrue(np.isfinite(history.history["loss"][0]))
         self.assertEqual(tuple(model.reconstruct(x).shape), (6, 2, 20, 20, 3))
 
+    @pytest.mark.primary_backend
     def test_smallnorb_network_trains(self):
         config = dict(
             EfficientCapsNet.presets["smallnorb"]["config"],
@@ -229,6 +236,7 @@ class EfficientCapsNetTest(TestCase):
         reconstructions = compiled(model.reconstruct)(x)
         self.assertEqual(tuple(reconstructions.shape), (4, 48, 48, 2))
 
+    @pytest.mark.primary_backend
     def test_without_decoder(self):
         model = EfficientCapsNet(**dict(SMALL_CONFIG, decoder_type=None))
         self.assertIsNone(model.decoder)
@@ -241,6 +249,7 @@ class EfficientCapsNetTest(TestCase):
         ):
             model.reconstruct(x)
 
+    @pytest.mark.primary_backend
     def test_config_round_trip(self):
         model = EfficientCapsNet(**SMALL_CONFIG, name="small")
         config = model.get_config()
@@ -334,10 +343,12 @@ class EfficientCapsNetTest(TestCase):
             r"squash_form must be .*Received: squash_form=hinton$",
         ),
     )
+    @pytest.mark.primary_backend
     def test_invalid_arguments(self, kwargs, pattern):
         with self.assertRaisesRegex(ValueError, pattern):
             EfficientCapsNet(**dict(SMALL_CONFIG, **kwargs))
 
+    @pytest.mark.primary_backend
     def test_squash_form_and_prior_reach_both_capsule_layers(self):
         options = {"squash_form": "rational", "use_prior": False}
         model = EfficientCapsNet(**SMALL_CONFIG, **options)

@@ -5,6 +5,7 @@ an image with a non-finite pixel, eager and compiled."""
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules.testing import TestCase
@@ -37,6 +38,9 @@ def _numpy(x):
 
 class Uint8ImagesTest(TestCase):
     @parameterized.named_parameters(*_MODELS)
+    # `_images.py` rescales for the three models alike: one of them on
+    # every backend.
+    @pytest.mark.primary_backend(every_backend=("capsnet",))
     def test_uint8_images_give_what_their_floats_give(self, cls, config):
         model = cls(**config)
         pixels, floats = _images(config)
@@ -53,6 +57,7 @@ class Uint8ImagesTest(TestCase):
     # The models with a decoder, whose reconstruction targets are the
     # images themselves; MatrixCapsNet's loss sees only its scores.
     @parameterized.named_parameters(*_MODELS[:2])
+    @pytest.mark.primary_backend
     def test_fit_and_evaluate_take_uint8_images(self, cls, config):
         model = cls(**config)
         model.compile()
@@ -67,6 +72,7 @@ class Uint8ImagesTest(TestCase):
         self.assertTrue(np.isfinite(logs["loss"]))
 
     @parameterized.named_parameters(*_MODELS)
+    @pytest.mark.primary_backend
     def test_other_integer_dtypes_are_refused(self, cls, config):
         pixels, _ = _images(config, batch=2)
         for dtype in ("int32", "int64", "uint16", "bool"):
@@ -110,6 +116,7 @@ class NonFiniteImagesTest(TestCase):
 
 class ImageShapeTest(TestCase):
     @parameterized.named_parameters(*_MODELS)
+    @pytest.mark.primary_backend
     def test_wrong_shapes_raise_first_and_after_a_valid_call(self, cls, config):
         model = cls(**config)
         height, width, channels = config["image_shape"]
@@ -141,6 +148,7 @@ class ImageShapeTest(TestCase):
                     if after_a_valid_call:
                         model.predict(floats, verbose=0)
 
+    @pytest.mark.primary_backend
     def test_one_channel_images_need_their_channel_axis(self):
         name, cls, config = _MODELS[2]
         self.assertEqual(config["image_shape"][-1], 1, name)

@@ -40,6 +40,7 @@ def _schedule(optimizer):
 
 
 class MatrixCapsNetTest(TestCase):
+    @pytest.mark.primary_backend
     def test_parameter_counts_match_the_paper(self):
         paper = MatrixCapsNet.from_preset("full")
         trainable = sum(int(np.prod(w.shape)) for w in paper.trainable_weights)
@@ -54,6 +55,7 @@ class MatrixCapsNetTest(TestCase):
             67_154,
         )
 
+    @pytest.mark.primary_backend
     def test_presets(self):
         full = MatrixCapsNet.presets["full"]
         self.assertEqual(
@@ -88,6 +90,7 @@ class MatrixCapsNetTest(TestCase):
         ):
             MatrixCapsNet.from_preset("huge")
 
+    @pytest.mark.primary_backend
     def test_architecture(self):
         model = MatrixCapsNet(**_TINY)
         self.assertEqual(
@@ -121,6 +124,7 @@ class MatrixCapsNetTest(TestCase):
         self.assertAllFinite(poses)
         self.assertAllClose(class_activations, activations, atol=1e-6)
 
+    @pytest.mark.primary_backend
     def test_compile_default_without_total_steps(self):
         model = MatrixCapsNet(**_TINY)
         model.compile()
@@ -156,6 +160,7 @@ class MatrixCapsNetTest(TestCase):
             rtol=1e-6,
         )
 
+    @pytest.mark.primary_backend
     def test_compile_with_total_steps_is_a_cosine_over_the_run(self):
         model = MatrixCapsNet(**_TINY)
         model.compile(total_steps=100)
@@ -184,6 +189,7 @@ class MatrixCapsNetTest(TestCase):
             _schedule(model.optimizer).get_config()["decay_steps"], 100
         )
 
+    @pytest.mark.primary_backend
     def test_default_optimizer(self):
         model = MatrixCapsNet(**_TINY)
         for total_steps, schedule_class in (
@@ -196,6 +202,7 @@ class MatrixCapsNetTest(TestCase):
         with self.assertRaisesRegex(ValueError, r"Received: total_steps=0$"):
             model.default_optimizer(total_steps=0)
 
+    @pytest.mark.primary_backend
     def test_official_schedule_is_an_optimizer_passed_in(self):
         model = MatrixCapsNet(**_TINY)
         official = keras.optimizers.Adam(
@@ -216,6 +223,7 @@ class MatrixCapsNetTest(TestCase):
         ):
             model.compile(schedule="official")
 
+    @pytest.mark.primary_backend
     def test_saved_after_compile_keeps_the_schedule(self):
         model = MatrixCapsNet(**_TINY)
         model.compile(total_steps=40)
@@ -241,6 +249,7 @@ class MatrixCapsNetTest(TestCase):
             rtol=1e-5,
         )
 
+    @pytest.mark.primary_backend
     def test_compile_wires_a_given_spread_loss(self):
         model = MatrixCapsNet(**_TINY)
         loss = SpreadLoss(margin=0.5)
@@ -306,6 +315,7 @@ class MatrixCapsNetTest(TestCase):
             int(keras.ops.convert_to_numpy(loaded.optimizer.iterations)), 2
         )
 
+    @pytest.mark.primary_backend
     def test_interrupted_fit_resumes_margin_and_step(self):
         # What `--backup-dir` of the examples does: a run stopped after two
         # of four epochs and started again in a fresh model continues with
@@ -354,6 +364,7 @@ class MatrixCapsNetTest(TestCase):
         # The linear ramp over 4 epochs sets epoch 3's margin at its start.
         self.assertAllClose(resumed.spread_margin, 0.2 + 0.7 * 3 / 4, atol=1e-6)
 
+    @pytest.mark.primary_backend
     def test_config_round_trip(self):
         kwargs = dict(_TINY, coordinate_addition=False, weight_decay=1e-6)
         model = MatrixCapsNet(name="matrix", **kwargs)
@@ -369,6 +380,7 @@ class MatrixCapsNetTest(TestCase):
         )
         self.assertIsInstance(deserialized, MatrixCapsNet)
 
+    @pytest.mark.primary_backend
     def test_routing_setting(self):
         sizes = {k: v for k, v in _TINY.items() if k != "routing_iterations"}
         default = MatrixCapsNet(**sizes)
@@ -475,10 +487,12 @@ class MatrixCapsNetTest(TestCase):
             "Received: weight_decay='1e-4'",
         ),
     )
+    @pytest.mark.primary_backend
     def test_rejects_bad_arguments(self, kwargs, error, pattern):
         with self.assertRaisesRegex(error, pattern):
             MatrixCapsNet(**kwargs)
 
+    @pytest.mark.primary_backend
     def test_smallest_images(self):
         model = MatrixCapsNet(**dict(_TINY, image_shape=(17, 17, 2)))
         self.assertEqual(

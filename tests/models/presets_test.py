@@ -8,6 +8,7 @@ import re
 import h5py
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules import models
@@ -125,6 +126,7 @@ _NEW_FOR_NEW_CLASSES = {
 }
 
 
+@pytest.mark.primary_backend
 class SaveToPresetTest(TestCase):
     @parameterized.named_parameters(*MODELS)
     def test_round_trip_keeps_the_weights(self, cls, config):
@@ -280,6 +282,7 @@ class SaveToPresetTest(TestCase):
             models.MatrixCapsNet.from_preset("/no/such/dir")
 
 
+@pytest.mark.primary_backend
 class PresetFileErrorsTest(TestCase):
     """A damaged or foreign file of a preset directory raises an error
     that names the file and the fix."""
@@ -421,6 +424,7 @@ class PresetFileErrorsTest(TestCase):
         )
 
 
+@pytest.mark.primary_backend
 class NewClassesTest(TestCase):
     """`from_preset(..., num_classes=N)`: the trained layers that fit,
     new ones for the rest."""
@@ -472,6 +476,7 @@ class NewClassesTest(TestCase):
             np.testing.assert_array_equal(saved, restored)
 
 
+@pytest.mark.primary_backend
 class PresetListingTest(TestCase):
     @parameterized.named_parameters(
         *[(cls.__name__, cls) for cls in _ARCHITECTURES]
@@ -545,6 +550,7 @@ class PresetListingTest(TestCase):
 
 
 class ShippedPresetsTest(TestCase):
+    @pytest.mark.primary_backend
     def test_list_presets(self):
         listing = models.list_presets()
         self.assertIn("efficient_capsnet_mnist", listing)
@@ -567,6 +573,7 @@ class ShippedPresetsTest(TestCase):
         ):
             models.list_presets(1)
 
+    @pytest.mark.primary_backend
     def test_shipped_metadata_tells_how_to_use_and_retrain(self):
         for name, metadata in models.list_presets().items():
             self.assertEqual(len(metadata["image_shape"]), 3, name)
@@ -579,6 +586,7 @@ class ShippedPresetsTest(TestCase):
             )
             self.assertTrue(metadata["description"], name)
 
+    @pytest.mark.primary_backend
     def test_a_shipped_preset_is_named_by_its_class(self):
         name = "efficient_capsnet_mnist"
         network = models.EfficientCapsNet.from_preset(name, load_weights=False)

@@ -13,6 +13,7 @@ import os
 
 import h5py
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules.models import EfficientCapsNet
@@ -219,6 +220,7 @@ class FromReferenceWeightsTest(TestCase):
             model.reconstruct(images), reconstructions, atol=1e-4, rtol=1e-4
         )
 
+    @pytest.mark.primary_backend
     def test_capsule_network_alone_loads_and_warns(self):
         weights = _random_weights("mnist")
         path = _write_capsule_network(self._path(), "mnist", weights)
@@ -242,6 +244,7 @@ class FromReferenceWeightsTest(TestCase):
             model.predict(images, verbose=0), lengths, atol=1e-4, rtol=1e-4
         )
 
+    @pytest.mark.primary_backend
     def test_whole_model_file_loads(self):
         # Keras 2's `model.save("x.h5")` keeps the weights under
         # `model_weights`.
@@ -277,6 +280,7 @@ class FromReferenceWeightsTest(TestCase):
             "layer norm1 has gamma, beta, moving_mean, moving_variance",
         ),
     )
+    @pytest.mark.primary_backend
     def test_file_of_another_network_is_refused(
         self, written, preset, kwargs, match
     ):
@@ -296,6 +300,7 @@ class FromReferenceWeightsTest(TestCase):
         ("fc_caps", "fc_caps", "holds 0 layers with the weights W and b"),
         ("normalization", "batch_normalization_2", "has 9 layers with"),
     )
+    @pytest.mark.primary_backend
     def test_file_with_a_missing_layer_is_refused(self, drop, match):
         path = _write_training_graph(
             self._path(), "mnist", _random_weights("mnist"), drop=drop
@@ -303,6 +308,7 @@ class FromReferenceWeightsTest(TestCase):
         with self.assertRaisesRegex(ValueError, f"{match}.*Received: path="):
             EfficientCapsNet.from_reference_weights(path)
 
+    @pytest.mark.primary_backend
     def test_other_files_and_arguments_are_refused(self):
         path = _write_training_graph(
             self._path(), "mnist", _random_weights("mnist")

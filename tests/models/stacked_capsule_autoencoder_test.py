@@ -3,6 +3,7 @@ import os
 
 import keras
 import numpy as np
+import pytest
 from keras import ops
 
 from keras_capsules.losses import StackedCapsuleAutoencoderLoss
@@ -64,6 +65,7 @@ def _assert_same_outputs(test, a, b, atol=0.0):
 
 
 class StackedCapsuleAutoencoderTest(TestCase):
+    @pytest.mark.primary_backend
     def test_official_parameter_count(self):
         model = StackedCapsuleAutoencoder.from_preset("scae_mnist")
         for name in ("part_encoder", "template_decoder"):
@@ -116,6 +118,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
             )
         self.assertEqual(sorted(drawn), sorted(scae_cases.official_fan_ins()))
 
+    @pytest.mark.primary_backend
     def test_a_functional_model_whose_layers_are_reachable(self):
         model = _small()
         self.assertIsInstance(model, keras.Model)
@@ -182,6 +185,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
         logs = model.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)
         self.assertEqual(set(logs), {"loss"} | set(terms + probe_terms))
 
+    @pytest.mark.primary_backend
     def test_the_loss_is_the_public_loss_on_the_outputs(self):
         model = _small(noise_scale=0.0)
         x, y = _images(batch=4), np.array([0, 1, 2, 3])
@@ -209,6 +213,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
             logs["loss"], likelihood_only(y, outputs), atol=1e-3, rtol=1e-5
         )
 
+    @pytest.mark.primary_backend
     def test_one_compile_with_the_official_defaults(self):
         model = _small()
         model.compile(total_steps=100)
@@ -224,6 +229,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
             model.loss.get_config(), model.default_loss().get_config()
         )
 
+    @pytest.mark.primary_backend
     def test_the_fast_configuration_and_its_compile_defaults(self):
         entry = StackedCapsuleAutoencoder.presets["scae_mnist_fast"]
         self.assertFalse(entry["trained"])
@@ -246,6 +252,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
             [float(schedule(step)) for step in steps], expected, rtol=1e-6
         )
 
+    @pytest.mark.primary_backend
     def test_compile_rejects_a_loss_it_cannot_use(self):
         model = _small()
         with self.assertRaisesRegex(ValueError, "loss='mse'"):
@@ -363,6 +370,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
         self.assertIsInstance(loaded.optimizer, RMSprop)
         self.assertEqual(loaded.loss.get_config(), model.loss.get_config())
 
+    @pytest.mark.primary_backend
     def test_preset_round_trip(self):
         model = _small(presence_masking="log")
         path = os.path.join(self.get_temp_dir(), "preset")
@@ -374,6 +382,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
             self, _numpy(loaded(_images())), _numpy(model(_images()))
         )
 
+    @pytest.mark.primary_backend
     def test_files_saved_before_1_0_load(self):
         # Saved by the subclassed model (tests/models/fixtures/README.md):
         # old argument names and option values, the loss weights in the
@@ -400,6 +409,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
         self.assertIsInstance(loaded.loss, StackedCapsuleAutoencoderLoss)
         self.assertIsInstance(loaded.optimizer, RMSprop)
 
+    @pytest.mark.primary_backend
     def test_an_old_config_with_other_loss_weights_names_them(self):
         config = _small().get_config()
         config["dynamic_l2_weight"] = 5.0
@@ -447,6 +457,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
         self.assertEqual(tuple(parts.shape), (3, 28, 28, 1))
         self.assertAllFinite(reconstruction)
 
+    @pytest.mark.primary_backend
     def test_rejects_bad_arguments(self):
         with self.assertRaisesRegex(ValueError, "presence_masking"):
             _small(presence_masking="official")
@@ -461,6 +472,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
 
 
 class PresetNamesTest(TestCase):
+    @pytest.mark.primary_backend
     def test_every_preset_name_is_unique_across_the_models(self):
         seen = {}
         for cls in (

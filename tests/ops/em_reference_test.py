@@ -14,6 +14,7 @@ import types
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules import layers
@@ -150,6 +151,9 @@ class OfficialOptionsTest(TestCase):
         ("s1_same", 5, 4, 2, 3, 3, 1, "same"),
         ("s2_same", 6, 5, 2, 3, 3, 2, "same"),
     )
+    # Two geometries on every backend; the others, the same index arithmetic,
+    # on the primary one.
+    @pytest.mark.primary_backend(every_backend=("s1", "s2_same"))
     def test_conv_matches_official(
         self, seed, grid, num_in, num_out, kernel, strides, padding
     ):

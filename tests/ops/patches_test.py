@@ -1,5 +1,6 @@
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules import ops as capsule_ops
@@ -23,6 +24,11 @@ _GRIDS = (
 
 class ExtractCapsulePatchesTest(TestCase):
     @parameterized.named_parameters(*_GRIDS)
+    # Two grids on every backend; the others, the same index arithmetic, on
+    # the primary one.
+    @pytest.mark.primary_backend(
+        every_backend=("k3_s2_same", "k3_s1_valid_poses")
+    )
     def test_extract_and_fold_match_loops(
         self, grid, kernel, strides, padding, trailing
     ):
@@ -55,6 +61,11 @@ class ExtractCapsulePatchesTest(TestCase):
         )
 
     @parameterized.named_parameters(*_GRIDS)
+    # Two grids on every backend; the others, the same index arithmetic, on
+    # the primary one.
+    @pytest.mark.primary_backend(
+        every_backend=("k3_s2_same", "k3_s1_valid_poses")
+    )
     def test_tiling_by_slices_matches_loops(
         self, grid, kernel, strides, padding, trailing
     ):

@@ -15,6 +15,10 @@ pytest.importorskip("matplotlib")
 from keras_capsules.visualization import coupling_coefficients  # noqa: E402
 from keras_capsules.visualization import perturbation_grid  # noqa: E402
 
+# Figures: the networks they draw are tested on every backend by the
+# model tests.
+pytestmark = pytest.mark.primary_backend
+
 # Conv1 9x9 then PrimaryCaps 9x9 stride 2 on 28x28: a 6x6 grid.
 _GRID = (6, 6)
 

@@ -11,6 +11,10 @@ pytest.importorskip("matplotlib")
 
 from keras_capsules.visualization import activation_maps  # noqa: E402
 
+# Figures: the networks they draw are tested on every backend by the
+# model tests.
+pytestmark = pytest.mark.primary_backend
+
 
 class ActivationMapsTest(TestCase):
     @classmethod

@@ -12,6 +12,10 @@ pytest.importorskip("matplotlib")
 
 from keras_capsules.visualization import reconstructions  # noqa: E402
 
+# Figures: the networks they draw are tested on every backend by the
+# model tests.
+pytestmark = pytest.mark.primary_backend
+
 
 def _images(shape, seed=0):
     return np.random.default_rng(seed).random(shape, "float32")

@@ -11,6 +11,10 @@ from keras_capsules.visualization import learned_templates  # noqa: E402
 from keras_capsules.visualization import object_presence_by_class  # noqa: E402
 from keras_capsules.visualization import part_reconstructions  # noqa: E402
 
+# Figures: the networks they draw are tested on every backend by the
+# model tests.
+pytestmark = pytest.mark.primary_backend
+
 
 class StackedCapsuleAutoencoderFiguresTest(TestCase):
     @classmethod
