@@ -10,7 +10,7 @@ preset with new classes, called once, 32 s eagerly and 6 s under `jax.jit`
 eager path call through `compiled`: the EM routing's reference, layout,
 normalisation and degenerate-input checks, CapsNet's schedules at every
 step, and the networks' outputs that a test compares with something else
-(`class_capsules`, `reconstruct`, the SCAE's outputs and loss). Other
+(`class_capsules`, `reconstruct`, the models' losses, the SCAE's outputs). Other
 tests call the same ops and networks eagerly, so both paths stay covered.
 TensorFlow and PyTorch call the function as it is.
 """
@@ -29,3 +29,16 @@ def compiled(function, **static):
     import jax  # noqa: TID251
 
     return jax.jit(call)
+
+
+def inference_loss(model):
+    """`model.compute_loss` at inference, as a function of the arrays `x`,
+    `y`, `y_pred` and `sample_weight` in this order (for `compiled`)."""
+
+    def loss(*arrays):
+        x, y, y_pred, sample_weight = map(keras.ops.convert_to_tensor, arrays)
+        return model.compute_loss(
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False
+        )
+
+    return loss
