@@ -10,8 +10,9 @@ preset with new classes, called once, 32 s eagerly and 6 s under `jax.jit`
 eager path call through `compiled`: the EM routing's reference, layout,
 normalisation and degenerate-input checks, CapsNet's schedules at every
 step, and the networks' outputs that a test compares with something else
-(`class_capsules`, `reconstruct`, the models' losses, the SCAE's outputs). Other
-tests call the same ops and networks eagerly, so both paths stay covered.
+(`class_capsules`, `reconstruct`, the models' losses, the SCAE's
+outputs). Other tests call the same ops and networks eagerly, so both
+paths stay covered.
 TensorFlow and PyTorch call the function as it is.
 """
 

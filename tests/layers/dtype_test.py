@@ -1,8 +1,9 @@
 """Every public layer honours a per-layer `dtype` policy.
 
-For each case of `CASES` and each of `"float64"`, `"mixed_float16"` and
-`"mixed_bfloat16"` passed to the layer's constructor (the global policy
-stays `float32`), the test builds the layer by calling it on `keras.Input`s,
+For each case of `CASES` and each of `"mixed_float16"`,
+`"mixed_bfloat16"` (on every backend) and `"float64"` (on the primary
+backend) passed to the layer's constructor (the global policy stays
+`float32`), the test builds the layer by calling it on `keras.Input`s,
 calls it on arrays, and checks that
 
 - every float variable of the layer and of its sublayers (`layer.weights`)
