@@ -17,9 +17,6 @@ from tests import non_finite
 from tests import references
 from tests.datasets import helpers
 
-# Data pipelines in NumPy and tf.data: no Keras backend involved.
-pytestmark = pytest.mark.primary_backend
-
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _MNIST_DIR = os.path.join(_REPO, "..", "shared", "data", "mnist")
 # Their sizes in bytes, as TFDS registers them.
@@ -84,6 +81,9 @@ def _matching_shifts(image, moved):
     ]
 
 
+# The pipelines' tests (NumPy and tf.data, no Keras backend involved) run
+# on the primary backend.
+@pytest.mark.primary_backend
 class ReadIdxTest(testing.TestCase):
     @parameterized.named_parameters(
         ("uint8_images_gz", (3, 28, 28), "uint8", True),
@@ -138,6 +138,7 @@ class ReadIdxTest(testing.TestCase):
             self.assertEqual(list(np.bincount(labels)), counts)
 
 
+@pytest.mark.primary_backend
 class LoadSampleTest(testing.TestCase):
     @parameterized.named_parameters(
         ("train", "train", 500), ("test", "test", 100)
@@ -189,6 +190,10 @@ class LoadSampleTest(testing.TestCase):
         )
         np.testing.assert_array_equal(y.argmax(axis=1), labels[index])
 
+
+# On every backend: the JAX and PyTorch runs are the ones with a framework
+# besides TensorFlow installed.
+class ImportWithoutTensorFlowTest(testing.TestCase):
     def test_package_imports_without_tensorflow(self):
         # Keras needs a backend other than TensorFlow here, and its NumPy
         # backend imports JAX (and SciPy): with TensorFlow as the only
@@ -234,6 +239,7 @@ class LoadSampleTest(testing.TestCase):
         self.assertIn("pip install keras-capsules[datasets]", result.stdout)
 
 
+@pytest.mark.primary_backend
 class ShiftedDigitsTest(testing.TestCase):
     def test_batches_are_shifted_shuffled_digits(self):
         x, y = mnist.load_sample("test")
@@ -456,6 +462,7 @@ class ShiftedDigitsTest(testing.TestCase):
                     mnist.ShiftedDigits(bad, y[:4])
 
 
+@pytest.mark.primary_backend
 class LoadTest(testing.TestCase):
     def test_shapes_dtypes_and_ranges(self):
         tfds = helpers.tfds_or_skip()
@@ -762,6 +769,7 @@ class LoadTest(testing.TestCase):
         np.testing.assert_array_equal(y.sum(axis=0), _TRAIN_COUNTS)
 
 
+@pytest.mark.primary_backend
 class PaddedDigitsTest(testing.TestCase):
     def test_offsets_follow_the_official_pad_and_shift(self):
         image = np.random.default_rng(0).uniform(size=(28, 28, 1))
