@@ -5,14 +5,12 @@ Called eagerly, JAX compiles each operation on its own for every new
 shape: one eager call of `em_conv_routing` on new shapes took 6.5 s, the
 same call under `jax.jit` 1.2 s (2-core AMD EPYC); the small MatrixCapsNet
 preset with new classes, called once, 32 s eagerly and 6 s under `jax.jit`
-(beside another job); a learning-rate schedule with a warm-up compiles its
-`ops.cond` branches at every eager call. Tests whose subject is not the
+(beside another job). Tests that run on JAX and whose subject is not the
 eager path call through `compiled`: the EM routing's reference, layout,
-normalisation and degenerate-input checks, CapsNet's schedules at every
-step, and the networks' outputs that a test compares with something else
-(`class_capsules`, `reconstruct`, the models' losses, the SCAE's
-outputs). Other tests call the same ops and networks eagerly, so both
-paths stay covered.
+normalisation and degenerate-input checks, and the networks' outputs that
+a test compares with something else (MatrixCapsNet's `class_capsules`,
+CapsNet's and EfficientCapsNet's `reconstruct` and losses). Other tests
+call the same ops and networks eagerly, so both paths stay covered.
 TensorFlow and PyTorch call the function as it is.
 """
 

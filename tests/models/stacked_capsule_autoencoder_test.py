@@ -13,7 +13,6 @@ from keras_capsules.models import MatrixCapsNet
 from keras_capsules.models import StackedCapsuleAutoencoder
 from keras_capsules.optimizers import RMSprop
 from keras_capsules.testing import TestCase
-from tests.compiled import compiled
 from tests.layers import scae_cases
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -131,12 +130,11 @@ class StackedCapsuleAutoencoderTest(TestCase):
         sub_model = keras.Model(
             model.input, [model.get_layer(name).output for name in _LAYERS]
         )
-        outputs = compiled(sub_model)(images)
+        outputs = sub_model(images)
         self.assertLen(outputs, len(_LAYERS))
         self.assertAllFinite(outputs)
         self.assertEqual(
-            {k: tuple(v.shape) for k, v in compiled(model)(images).items()},
-            _OUTPUTS,
+            {k: tuple(v.shape) for k, v in model(images).items()}, _OUTPUTS
         )
 
     def test_fit_logs_every_term_and_labels_reach_only_the_probes(self):
@@ -194,8 +192,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
             optimizer=keras.optimizers.SGD(0.0), loss=loss, **_COMPILE
         )
         logs = model.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)
-        outputs = compiled(model)(x)
-        expected = compiled(loss)(y, outputs)
+        expected = loss(y, model(x))
         self.assertAllClose(logs["loss"], expected, atol=1e-4, rtol=1e-5)
 
         # Any callable of (labels, outputs): its own terms are not logged.
@@ -210,7 +207,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
         logs = model.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)
         self.assertEqual(set(logs), {"loss"})
         self.assertAllClose(
-            logs["loss"], likelihood_only(y, outputs), atol=1e-3, rtol=1e-5
+            logs["loss"], likelihood_only(y, model(x)), atol=1e-3, rtol=1e-5
         )
 
     @pytest.mark.primary_backend
@@ -401,7 +398,7 @@ class StackedCapsuleAutoencoderTest(TestCase):
             self.assertEqual(config["object_capsule_dim"], 8)
             self.assertEqual(config["part_head_layout"], "per_capsule")
             self.assertEqual(config["presence_masking"], "log")
-            outputs = _numpy(compiled(model)(images))
+            outputs = _numpy(model(images))
             for name, value in outputs.items():
                 self.assertAllClose(
                     value, saved[name], atol=1e-5, rtol=1e-5, msg=name
