@@ -1,6 +1,7 @@
-"""Pytest configuration: the `large` and `primary_backend` markers, the
-backend banner, one share of the cores per pytest-xdist worker on PyTorch,
-and one compilation cache for a run's processes on JAX."""
+"""Pytest configuration: the `large`, `primary_backend`, `eager` and
+`compiled` markers, the backend banner, one share of the cores per
+pytest-xdist worker on PyTorch, and one compilation cache for a run's
+processes on JAX."""
 
 import os
 import shutil
@@ -27,7 +28,8 @@ def pytest_addoption(parser):
         default=False,
         help=(
             "Run tests marked `primary_backend` on this backend too (they "
-            f"run on {PRIMARY_BACKEND} only by default)."
+            f"run on {PRIMARY_BACKEND} only by default), and on JAX the "
+            "`eager` tests not marked `compiled`."
         ),
     )
 
@@ -81,6 +83,21 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if not _runs_on_every_backend(item):
                 item.add_marker(skip_primary)
+    if keras.backend.backend() == "jax" and not config.getoption(
+        "--every_backend"
+    ):
+        # Called eagerly, JAX compiles every operation on its own for each
+        # new shape (about 60 ms each on a 2-core AMD EPYC): the eager
+        # checks of ops and layers run on TensorFlow and PyTorch, and JAX
+        # runs the tests of theirs that train or call a compiled function.
+        skip_eager = pytest.mark.skip(
+            reason="eager: runs on tensorflow and torch; JAX runs the "
+            "`compiled` tests of this module (--every_backend runs it here)"
+        )
+        for item in items:
+            eager = item.get_closest_marker("eager") is not None
+            if eager and item.get_closest_marker("compiled") is None:
+                item.add_marker(skip_eager)
 
 
 def _runs_on_every_backend(item):

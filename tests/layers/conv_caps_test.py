@@ -2,12 +2,17 @@ import re
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.layers import ConvCaps
 from keras_capsules.testing import TestCase
 from tests import references
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _numpy_conv_caps(
@@ -53,6 +58,7 @@ class ConvCapsTest(TestCase):
             0,
         ),
     )
+    @pytest.mark.compiled
     def test_layer(
         self, input_shape, kwargs, expected, num_weights, num_bias_params
     ):
@@ -161,6 +167,7 @@ class ConvCapsTest(TestCase):
         outputs = layer(x)
         self.assertAllClose(layer(x[:, :, :, ::-1]), outputs, atol=1e-6)
 
+    @pytest.mark.compiled
     def test_dynamic_spatial_size(self):
         inputs = keras.Input(shape=(None, None, 3, 4))
         outputs = ConvCaps(2, 3, kernel_size=3, strides=2)(inputs)

@@ -2,12 +2,17 @@ import re
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.layers import DenseCaps
 from keras_capsules.testing import TestCase
 from tests import references
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _numpy_dense_caps(x, kernel, bias, iterations, leaky=False):
@@ -35,6 +40,7 @@ class DenseCapsTest(TestCase):
             15,
         ),
     )
+    @pytest.mark.compiled
     def test_layer(self, kwargs, num_weights, num_bias_params):
         self.run_layer_test(
             DenseCaps,
@@ -145,6 +151,7 @@ class DenseCapsTest(TestCase):
         self.assertAllClose(revived.kernel, np.ones((2, 2, 3, 5)))
         self.assertAllClose(revived.bias, np.full((3, 5), 0.1))
 
+    @pytest.mark.compiled
     def test_jit_compiled_fit_step(self):
         # Torch's compiler is not a requirement here; "auto" leaves it off.
         jit_compile = "auto" if keras.backend.backend() == "torch" else True
@@ -165,6 +172,7 @@ class DenseCapsTest(TestCase):
         self.assertAllFinite(after)
         self.assertFalse(np.allclose(before, after))
 
+    @pytest.mark.compiled
     def test_variable_batch_size(self):
         inputs = keras.Input(shape=(6, 4))
         model = keras.Model(inputs, DenseCaps(3, 5)(inputs))

@@ -2,12 +2,17 @@ import re
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.layers import DepthwisePrimaryCaps
 from keras_capsules.testing import TestCase
 from tests import references
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _inputs(shape, seed=0):
@@ -40,6 +45,7 @@ class DepthwisePrimaryCapsTest(TestCase):
             4 * 9 + 4,
         ),
     )
+    @pytest.mark.compiled
     def test_layer(self, input_shape, kwargs, expected, num_params):
         self.run_layer_test(
             DepthwisePrimaryCaps,
@@ -84,6 +90,7 @@ class DepthwisePrimaryCapsTest(TestCase):
         layer.build((None, 9, 9, 128))
         self.assertEqual(layer.count_params(), 10_496)
 
+    @pytest.mark.compiled
     def test_dynamic_spatial_size(self):
         inputs = keras.Input(shape=(None, None, 8))
         model = keras.Model(

@@ -51,6 +51,10 @@ from keras_capsules.layers import TemplateDecoder
 from keras_capsules.ops import geometric_transform
 from keras_capsules.testing import TestCase
 
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
+
 
 def _array(shape, seed, low=0.0, high=1.0):
     rng = np.random.default_rng(seed)
@@ -312,12 +316,14 @@ class DtypeTest(TestCase):
     @parameterized.named_parameters(
         _dtype_cases("mixed_float16", "mixed_bfloat16")
     )
+    @pytest.mark.compiled
     def test_half_precision(self, factory, inputs, policy):
         self._check_dtype(factory, inputs, policy)
 
     # float64, the same casts in the layers' code, on the primary backend.
     @parameterized.named_parameters(_dtype_cases("float64"))
     @pytest.mark.primary_backend
+    @pytest.mark.compiled
     def test_float64(self, factory, inputs, policy):
         self._check_dtype(factory, inputs, policy)
 

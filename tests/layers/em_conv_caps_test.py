@@ -8,6 +8,10 @@ from keras_capsules.layers import EMConvCaps
 from keras_capsules.testing import TestCase
 from tests import references
 
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
+
 
 def _capsules(shape, seed=0, scale=1.0):
     rng = np.random.default_rng(seed)
@@ -35,6 +39,7 @@ class EMConvCapsTest(TestCase):
     # The official setting on every backend; the other geometries, the same
     # index arithmetic, on the primary one.
     @pytest.mark.primary_backend(every_backend=("k3_s2_official_setting",))
+    @pytest.mark.compiled
     def test_layer_basics(self, extra_kwargs, grid, out_grid):
         init_kwargs = {"num_capsules": 2, "kernel_size": (3, 3)}
         init_kwargs.update(extra_kwargs)
@@ -139,6 +144,7 @@ class EMConvCapsTest(TestCase):
         )
         self.assertAllClose(activations, expected[1], atol=1e-6)
 
+    @pytest.mark.compiled
     def test_degenerate_inputs_train_finitely(self):
         # Identical poses with a ones kernel make identical votes (zero
         # variance); the second example has no active input capsule; the
@@ -159,6 +165,7 @@ class EMConvCapsTest(TestCase):
             [poses, activations],
         )
 
+    @pytest.mark.compiled
     def test_mixed_precision(self):
         # Routing maths in float32, outputs in the compute dtype, finite
         # values and a finite training step, including 1e4 poses and

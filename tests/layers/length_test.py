@@ -1,9 +1,14 @@
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules.layers import Length
 from keras_capsules.testing import TestCase
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _numpy_length(x, axis=-1):
@@ -18,6 +23,7 @@ class LengthTest(TestCase):
         ("rank_4", {"axis": -1}, (2, 3, 5, 4), (2, 3, 5)),
         ("rank_2", {}, (3, 8), (3,)),
     )
+    @pytest.mark.compiled
     def test_layer_basics(self, init_kwargs, input_shape, output_shape):
         self.run_layer_test(
             Length,
@@ -49,6 +55,7 @@ class LengthTest(TestCase):
             atol=1e-6,
         )
 
+    @pytest.mark.compiled
     def test_finite_gradient_at_zero_capsules(self):
         # A zero kernel makes every capsule exactly zero, where the exact
         # norm has no gradient: a NaN there would poison the kernel.

@@ -1,10 +1,15 @@
 import numpy as np
+import pytest
 from keras import ops
 
 from keras_capsules.layers import ObjectCapsuleDecoder
 from keras_capsules.testing import TestCase
 from tests import references
 from tests.layers import scae_cases
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _features(batch=2, num=4, dim=8, seed=0):

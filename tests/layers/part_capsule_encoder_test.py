@@ -1,10 +1,15 @@
 import numpy as np
+import pytest
 from keras import ops
 
 from keras_capsules.layers import PartCapsuleEncoder
 from keras_capsules.testing import TestCase
 from tests import references
 from tests.layers import scae_cases
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 class PartCapsuleEncoderTest(TestCase):

@@ -10,6 +10,10 @@ from keras_capsules.layers import PrimaryCaps
 from keras_capsules.testing import TestCase
 from tests import references
 
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
+
 
 def _numpy_primary_caps(x, kernel, bias, capsule_dim, strides, padding):
     features = references.conv2d(x, kernel, strides, padding) + bias
@@ -28,6 +32,7 @@ class PrimaryCapsTest(TestCase):
     # One geometry on every backend; the other, the same index arithmetic, on
     # the primary one.
     @pytest.mark.primary_backend(every_backend=("valid",))
+    @pytest.mark.compiled
     def test_layer(self, input_shape, kernel_size, strides, padding, expected):
         self.run_layer_test(
             PrimaryCaps,
@@ -107,6 +112,7 @@ class PrimaryCapsTest(TestCase):
         self.assertEqual(layer.get_config()["kernel_size"], (3, 3))
         self.assertEqual(PrimaryCaps(2, 4, 3, padding="SAME").padding, "same")
 
+    @pytest.mark.compiled
     def test_dynamic_spatial_size(self):
         inputs = keras.Input(shape=(None, None, 3))
         outputs = PrimaryCaps(2, 4, kernel_size=3, strides=2)(inputs)

@@ -1,9 +1,14 @@
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules.layers import PrimaryMatrixCaps
 from keras_capsules.testing import TestCase
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _numpy_primary(x, layer):
@@ -55,6 +60,7 @@ class PrimaryMatrixCapsTest(TestCase):
             (3, 3),
         ),
     )
+    @pytest.mark.compiled
     def test_layer_basics(self, init_kwargs, input_shape, out_grid):
         num_capsules = init_kwargs["num_capsules"]
         channels = input_shape[-1]

@@ -5,10 +5,15 @@ saving."""
 
 import warnings
 
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules.testing import TestCase
 from tests.layers import scae_cases
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 class ScaeLayersTest(TestCase):
@@ -18,6 +23,7 @@ class ScaeLayersTest(TestCase):
             scae_cases.run_layer_test_cases()
         )
     )
+    @pytest.mark.compiled
     def test_run_layer_test(self, cls, kwargs, data, shapes):
         with warnings.catch_warnings():
             # The training check fits the batched outputs only: the

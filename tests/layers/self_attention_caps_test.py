@@ -2,6 +2,7 @@ import re
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -9,6 +10,10 @@ from keras_capsules.layers import SelfAttentionCaps
 from keras_capsules.ops import self_attention_routing
 from keras_capsules.testing import TestCase
 from tests import references
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _inputs(shape, seed=0):
@@ -25,6 +30,7 @@ class SelfAttentionCapsTest(TestCase):
             0,
         ),
     )
+    @pytest.mark.compiled
     def test_layer(self, kwargs, num_weights, num_prior_params):
         self.run_layer_test(
             SelfAttentionCaps,
@@ -87,6 +93,7 @@ class SelfAttentionCapsTest(TestCase):
         revived.build((None, 2, 2))
         self.assertAllClose(revived.kernel, np.ones((2, 3, 2, 5)))
 
+    @pytest.mark.compiled
     def test_jit_compiled_fit_step(self):
         jit_compile = "auto" if keras.backend.backend() == "torch" else True
         inputs = keras.Input(shape=(6, 4))

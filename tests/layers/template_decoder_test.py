@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -8,6 +9,10 @@ from keras_capsules.ops import warp_templates
 from keras_capsules.testing import TestCase
 from tests import references
 from tests.layers import scae_cases
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _poses(batch=2, num=40, seed=0):

@@ -1,5 +1,6 @@
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -7,6 +8,10 @@ from keras_capsules.ops import dynamic_routing
 from keras_capsules.testing import TestCase
 from tests import references
 from tests.ops import routing_cases
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _fit_one_step(*cases):
@@ -140,6 +145,7 @@ class DynamicRoutingTest(TestCase):
         self.assertAllClose(stopped, outputs)
         self.assertAllClose(stopped_coupling, coupling)
 
+    @pytest.mark.compiled
     def test_stop_gradient_changes_only_multi_iteration_gradients(self):
         votes = routing_cases.random_votes((1, 4, 3, 2))
         (plain, stopped, plain_once, stopped_once), _ = _fit_one_step(
@@ -180,6 +186,7 @@ class DynamicRoutingTest(TestCase):
         self.assertAllClose(outputs, expected, atol=atol, rtol=atol)
         self.assertAllClose(coupling, expected_coupling, atol=atol)
 
+    @pytest.mark.compiled
     def test_degenerate_votes_gradient_step_is_finite(self):
         variants = (
             {},

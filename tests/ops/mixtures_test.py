@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -8,6 +9,10 @@ from keras_capsules.ops import template_mixture_mode
 from keras_capsules.testing import TestCase
 from tests import gradients
 from tests import references
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _random(shape, seed=0, scale=1.0):

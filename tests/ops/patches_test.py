@@ -9,6 +9,10 @@ from keras_capsules.ops._tiles import tiling
 from keras_capsules.testing import TestCase
 from tests import references
 
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
+
 _GRIDS = (
     # name, grid, kernel, strides, padding, trailing
     ("k3_s1_valid_poses", (5, 5), (3, 3), (1, 1), "valid", (2, 4, 4)),

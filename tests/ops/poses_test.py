@@ -1,10 +1,15 @@
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.ops import geometric_transform
 from keras_capsules.testing import TestCase
 from tests import references
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _params(shape=(2, 5, 6), scale=1.0, seed=0):

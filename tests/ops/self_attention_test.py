@@ -1,5 +1,6 @@
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -7,6 +8,10 @@ from keras_capsules.ops import self_attention_routing
 from keras_capsules.testing import TestCase
 from tests import references
 from tests.ops import routing_cases
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 class SelfAttentionRoutingTest(TestCase):
@@ -74,6 +79,7 @@ class SelfAttentionRoutingTest(TestCase):
         self.assertAllClose(outputs, expected, atol=atol, rtol=atol)
         self.assertAllClose(coupling, expected_coupling, atol=atol)
 
+    @pytest.mark.compiled
     def test_degenerate_votes_gradient_step_is_finite(self):
         updated, predictions = routing_cases.fit_one_step(
             self_attention_routing,

@@ -1,9 +1,14 @@
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules.ops import capsule_sparsity
 from keras_capsules.testing import TestCase
 from tests import references
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _presence(shape=(16, 32), seed=0):

@@ -1,11 +1,16 @@
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.ops import squash
 from keras_capsules.testing import TestCase
 from tests import references
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 class _SquashedWeight(keras.layers.Layer):
@@ -123,12 +128,14 @@ class SquashTest(TestCase):
         ("tiny", [1e-20, 0.0, -1e-20]),
         ("large", [1e4, -1e4, 1e4]),
     )
+    @pytest.mark.compiled
     def test_gradient_step_is_finite(self, value):
         for form in ("rational", "exponential"):
             weight, output = _fit_one_step(value, form)
             self.assertAllFinite(weight)
             self.assertAllFinite(output)
 
+    @pytest.mark.compiled
     def test_gradient_step_moves_nonzero_vector(self):
         value = [0.3, -0.2, 0.1]
         weight, _ = _fit_one_step(value)

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -9,6 +10,10 @@ from keras_capsules.ops import warp_templates
 from keras_capsules.testing import TestCase
 from tests import gradients
 from tests import references
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 def _random(shape, seed=0, scale=1.0):

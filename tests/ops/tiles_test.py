@@ -1,9 +1,14 @@
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 from keras_capsules.ops import _tiles
 from keras_capsules.testing import TestCase
+
+# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
+# marked `compiled` (see conftest.py).
+pytestmark = pytest.mark.eager
 
 
 class PadTest(TestCase):
