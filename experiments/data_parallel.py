@@ -28,9 +28,11 @@ predict steps at each global batch of `--batch-sizes`, runs each once and
 reads XLA's optimized HLO of exactly those steps (dumped with
 `--xla_dump_to`): it ends its output with one JSON line giving, for every
 step and batch, the collectives by kind, the bytes their results hold, and
-the shape of each device's share of the input; and, from one step of
-plain SGD at the first batch on the devices and on a single device, both
-losses and the largest weight difference. A data-parallel step should hold
+the shape of each device's share of the input; and, from `--steps` steps
+(one by default) of plain SGD at the first batch on the devices and on a
+single device, as `--check` trains, both loss histories, the largest
+weight difference and whether every replica holds the same value of every
+variable. A data-parallel step should hold
 only all-reduces (of gradients, metrics and batch statistics), whose bytes
 do not grow with the batch, and each device should see its share.
 `--model` takes several networks there, checked one after the other.
@@ -137,16 +139,18 @@ def parse_args(argv=None):
         "--steps",
         type=int,
         default=None,
-        help="Training steps (per epoch without --check). Defaults to one "
-        "pass over the sample.",
+        help="Training steps (per epoch without --check or --collectives). "
+        "Defaults to one pass over the sample (one step with --collectives).",
     )
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument(
         "--learning-rate",
         type=float,
-        default=0.1,
-        help="SGD learning rate of --check (training otherwise uses the "
-        "model's default Adam).",
+        default=None,
+        help="SGD learning rate of --check and --collectives: 0.1 by "
+        "default, 1e-3 for the SCAE, whose summed log-likelihood has "
+        "gradients a hundred times larger (training otherwise uses the "
+        "model's default optimizer).",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -475,6 +479,15 @@ def train(engine, args, x, y, optimizer=None, weights=None, check=False):
     return model, history, initial_weights
 
 
+def sgd_learning_rate(args, model):
+    """The learning rate of the plain SGD of `--check` and `--collectives`
+    for `model`."""
+    if args.learning_rate is not None:
+        return args.learning_rate
+    # At 0.1 the SCAE's loss grew from 800 to infinity in three steps.
+    return 1e-3 if model == "stacked_capsule_autoencoder" else 0.1
+
+
 def check(engine, single, args, x, y):
     """Trains on `engine` and on `single` from the same weights.
 
@@ -487,7 +500,7 @@ def check(engine, single, args, x, y):
     # only by the order of the float sums of the gradient all-reduce.
     # Adam's normalisation would magnify that noise on near-zero gradients.
     def sgd():
-        return keras.optimizers.SGD(learning_rate=args.learning_rate)
+        return keras.optimizers.SGD(sgd_learning_rate(args, args.model))
 
     model, history, initial = train(
         engine, args, x, y, optimizer=sgd, check=True
@@ -536,28 +549,37 @@ def collectives(engine, single, args, x, y, directory):
     (evaluate and predict at the first only, with
     `--train-steps-only-after-first`),
     runs each once and reads their optimized HLO dumped into `directory`;
-    at the first batch it also trains one step from the same weights on
-    `single` (plain SGD, as `check`).
+    at the first batch it trains `--steps` steps (one by default) of plain
+    SGD, each on the next batch, from the same weights on `engine` and on
+    `single`, as `check` does.
 
     Returns the report printed by `--collectives`.
     """
     import keras
     import numpy as np
 
-    def sgd():
-        return keras.optimizers.SGD(learning_rate=args.learning_rate)
+    steps = args.steps or 1
 
-    def one_step(place, name, batch, weights=None):
+    def sgd_steps(place, name, batch, weights=None):
         options = argparse.Namespace(**{**vars(args), "model": name})
+
+        def sgd():
+            return keras.optimizers.SGD(sgd_learning_rate(args, name))
+
         model, initial = build_compiled(place, options, sgd, weights)
-        loss = model.fit(
-            on_canvas(model, x[:batch]),
-            y[:batch],
+        # One step per epoch, as `train` with `check`: the scheduled
+        # spread margin and the loss are logged at every step.
+        history = model.fit(
+            on_canvas(model, x[: batch * steps]),
+            y[: batch * steps],
             batch_size=batch,
-            epochs=1,
+            epochs=steps,
+            steps_per_epoch=1,
+            shuffle=False,
+            callbacks=callbacks(options, steps),
             verbose=0,
-        ).history["loss"][0]
-        return model, initial, float(loss)
+        ).history
+        return model, initial, history
 
     def on_canvas(model, images):
         # The digits centred on the model's input (the paper's SCAE takes
@@ -575,10 +597,11 @@ def collectives(engine, single, args, x, y, directory):
         for batch in args.batch_sizes:
             labels = y[:batch]
             if not batches:
-                model, initial, loss = one_step(engine, name, batch)
+                model, initial, history = sgd_steps(engine, name, batch)
                 trained = model.get_weights()
-                steps = new_step_modules(directory, seen)
-                single_model, _, single_loss = one_step(
+                unsynced = engine.unsynced_variables(model)
+                found = new_step_modules(directory, seen)
+                single_model, _, single_history = sgd_steps(
                     single, name, batch, initial
                 )
                 single_weights = single_model.get_weights()
@@ -588,28 +611,46 @@ def collectives(engine, single, args, x, y, directory):
             with engine.scope():
                 if batches:
                     model.fit(images, labels, batch_size=batch, verbose=0)
-                    steps = new_step_modules(directory, seen)
+                    found = new_step_modules(directory, seen)
                 if not batches or not args.train_steps_only_after_first:
                     model.evaluate(images, labels, batch_size=batch, verbose=0)
                     model.predict(images, batch_size=batch, verbose=0)
-            for step, found in new_step_modules(directory, seen).items():
-                steps.setdefault(step, []).extend(found)
-            batches.append({"global_batch": batch, "steps": steps})
+            for step, modules in new_step_modules(directory, seen).items():
+                found.setdefault(step, []).extend(modules)
+            batches.append({"global_batch": batch, "steps": found})
         reports.append(
             {
                 "model": name,
                 "batches": batches,
-                "one_step": {
+                "training": {
                     "global_batch": args.batch_sizes[0],
-                    "loss": loss,
-                    "single_device_loss": single_loss,
+                    "steps": steps,
+                    "loss": [float(v) for v in history["loss"]],
+                    "single_device_loss": [
+                        float(v) for v in single_history["loss"]
+                    ],
                     "max_weight_diff": max(
                         float(np.max(np.abs(a - b)))
                         for a, b in zip(trained, single_weights)
                     ),
+                    # Without the scheduled spread margin, as `check`.
                     "max_weight_update": max(
                         float(np.max(np.abs(a - b)))
-                        for a, b in zip(trained, initial)
+                        for a, b, variable in zip(
+                            trained, initial, model.weights
+                        )
+                        if variable.trainable
+                    ),
+                    "replicas_identical": not unsynced,
+                    "unsynced_variables": unsynced,
+                    **(
+                        {
+                            "spread_margin": [
+                                float(v) for v in history["spread_margin"]
+                            ]
+                        }
+                        if "spread_margin" in history
+                        else {}
                     ),
                 },
             }
