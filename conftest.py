@@ -1,5 +1,5 @@
-"""Pytest configuration: the `large`, `primary_backend`, `eager` and
-`compiled` markers, the backend banner, one share of the cores per
+"""Pytest configuration: the `large`, `primary_backend` and `backends`
+markers, the backend banner, one share of the cores per
 pytest-xdist worker on PyTorch, and one compilation cache for a run's
 processes on JAX."""
 
@@ -28,8 +28,8 @@ def pytest_addoption(parser):
         default=False,
         help=(
             "Run tests marked `primary_backend` on this backend too (they "
-            f"run on {PRIMARY_BACKEND} only by default), and on JAX the "
-            "`eager` tests not marked `compiled`."
+            f"run on {PRIMARY_BACKEND} only by default) and those whose "
+            "`backends` marker leaves this backend out."
         ),
     )
 
@@ -83,21 +83,18 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if not _runs_on_every_backend(item):
                 item.add_marker(skip_primary)
-    if keras.backend.backend() == "jax" and not config.getoption(
-        "--every_backend"
-    ):
-        # Called eagerly, JAX compiles every operation on its own for each
-        # new shape (about 60 ms each on a 2-core AMD EPYC): the eager
-        # checks of ops and layers run on TensorFlow and PyTorch, and JAX
-        # runs the tests of theirs that train or call a compiled function.
-        skip_eager = pytest.mark.skip(
-            reason="eager: runs on tensorflow and torch; JAX runs the "
-            "`compiled` tests of this module (--every_backend runs it here)"
-        )
+    if not config.getoption("--every_backend"):
+        backend = keras.backend.backend()
         for item in items:
-            eager = item.get_closest_marker("eager") is not None
-            if eager and item.get_closest_marker("compiled") is None:
-                item.add_marker(skip_eager)
+            # The test's own marker, else its class's, else its module's.
+            marker = item.get_closest_marker("backends")
+            if marker is not None and backend not in marker.args:
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"backends: runs on {', '.join(marker.args)} "
+                        "(--every_backend runs it here)"
+                    )
+                )
 
 
 def _runs_on_every_backend(item):

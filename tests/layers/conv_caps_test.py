@@ -10,9 +10,10 @@ from keras_capsules.layers import ConvCaps
 from keras_capsules.testing import TestCase
 from tests import references
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _numpy_conv_caps(
@@ -58,7 +59,7 @@ class ConvCapsTest(TestCase):
             0,
         ),
     )
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_layer(
         self, input_shape, kwargs, expected, num_weights, num_bias_params
     ):
@@ -167,7 +168,7 @@ class ConvCapsTest(TestCase):
         outputs = layer(x)
         self.assertAllClose(layer(x[:, :, :, ::-1]), outputs, atol=1e-6)
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_dynamic_spatial_size(self):
         inputs = keras.Input(shape=(None, None, 3, 4))
         outputs = ConvCaps(2, 3, kernel_size=3, strides=2)(inputs)

@@ -10,9 +10,10 @@ from keras_capsules.layers import DenseCaps
 from keras_capsules.testing import TestCase
 from tests import references
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _numpy_dense_caps(x, kernel, bias, iterations, leaky=False):
@@ -40,7 +41,7 @@ class DenseCapsTest(TestCase):
             15,
         ),
     )
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_layer(self, kwargs, num_weights, num_bias_params):
         self.run_layer_test(
             DenseCaps,
@@ -151,7 +152,7 @@ class DenseCapsTest(TestCase):
         self.assertAllClose(revived.kernel, np.ones((2, 2, 3, 5)))
         self.assertAllClose(revived.bias, np.full((3, 5), 0.1))
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_jit_compiled_fit_step(self):
         # Torch's compiler is not a requirement here; "auto" leaves it off.
         jit_compile = "auto" if keras.backend.backend() == "torch" else True
@@ -172,7 +173,7 @@ class DenseCapsTest(TestCase):
         self.assertAllFinite(after)
         self.assertFalse(np.allclose(before, after))
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_variable_batch_size(self):
         inputs = keras.Input(shape=(6, 4))
         model = keras.Model(inputs, DenseCaps(3, 5)(inputs))

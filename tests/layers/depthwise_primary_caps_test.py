@@ -10,9 +10,10 @@ from keras_capsules.layers import DepthwisePrimaryCaps
 from keras_capsules.testing import TestCase
 from tests import references
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _inputs(shape, seed=0):
@@ -45,7 +46,7 @@ class DepthwisePrimaryCapsTest(TestCase):
             4 * 9 + 4,
         ),
     )
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_layer(self, input_shape, kwargs, expected, num_params):
         self.run_layer_test(
             DepthwisePrimaryCaps,
@@ -90,7 +91,7 @@ class DepthwisePrimaryCapsTest(TestCase):
         layer.build((None, 9, 9, 128))
         self.assertEqual(layer.count_params(), 10_496)
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_dynamic_spatial_size(self):
         inputs = keras.Input(shape=(None, None, 8))
         model = keras.Model(

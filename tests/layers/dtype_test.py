@@ -51,9 +51,10 @@ from keras_capsules.layers import TemplateDecoder
 from keras_capsules.ops import geometric_transform
 from keras_capsules.testing import TestCase
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _array(shape, seed, low=0.0, high=1.0):
@@ -316,14 +317,14 @@ class DtypeTest(TestCase):
     @parameterized.named_parameters(
         _dtype_cases("mixed_float16", "mixed_bfloat16")
     )
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_half_precision(self, factory, inputs, policy):
         self._check_dtype(factory, inputs, policy)
 
     # float64, the same casts in the layers' code, on the primary backend.
     @parameterized.named_parameters(_dtype_cases("float64"))
     @pytest.mark.primary_backend
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_float64(self, factory, inputs, policy):
         self._check_dtype(factory, inputs, policy)
 

@@ -7,9 +7,10 @@ from keras_capsules.testing import TestCase
 from tests import references
 from tests.layers import scae_cases
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 class PartCapsuleEncoderTest(TestCase):

@@ -10,9 +10,10 @@ from keras_capsules.layers import PrimaryCaps
 from keras_capsules.testing import TestCase
 from tests import references
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _numpy_primary_caps(x, kernel, bias, capsule_dim, strides, padding):
@@ -32,7 +33,7 @@ class PrimaryCapsTest(TestCase):
     # One geometry on every backend; the other, the same index arithmetic, on
     # the primary one.
     @pytest.mark.primary_backend(every_backend=("valid",))
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_layer(self, input_shape, kernel_size, strides, padding, expected):
         self.run_layer_test(
             PrimaryCaps,
@@ -112,7 +113,7 @@ class PrimaryCapsTest(TestCase):
         self.assertEqual(layer.get_config()["kernel_size"], (3, 3))
         self.assertEqual(PrimaryCaps(2, 4, 3, padding="SAME").padding, "same")
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_dynamic_spatial_size(self):
         inputs = keras.Input(shape=(None, None, 3))
         outputs = PrimaryCaps(2, 4, kernel_size=3, strides=2)(inputs)

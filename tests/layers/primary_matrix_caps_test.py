@@ -6,9 +6,10 @@ from absl.testing import parameterized
 from keras_capsules.layers import PrimaryMatrixCaps
 from keras_capsules.testing import TestCase
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _numpy_primary(x, layer):
@@ -60,7 +61,7 @@ class PrimaryMatrixCapsTest(TestCase):
             (3, 3),
         ),
     )
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_layer_basics(self, init_kwargs, input_shape, out_grid):
         num_capsules = init_kwargs["num_capsules"]
         channels = input_shape[-1]

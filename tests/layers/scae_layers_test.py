@@ -11,9 +11,10 @@ from absl.testing import parameterized
 from keras_capsules.testing import TestCase
 from tests.layers import scae_cases
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 class ScaeLayersTest(TestCase):
@@ -23,7 +24,7 @@ class ScaeLayersTest(TestCase):
             scae_cases.run_layer_test_cases()
         )
     )
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_run_layer_test(self, cls, kwargs, data, shapes):
         with warnings.catch_warnings():
             # The training check fits the batched outputs only: the

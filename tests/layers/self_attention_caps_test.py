@@ -11,9 +11,10 @@ from keras_capsules.ops import self_attention_routing
 from keras_capsules.testing import TestCase
 from tests import references
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _inputs(shape, seed=0):
@@ -30,7 +31,7 @@ class SelfAttentionCapsTest(TestCase):
             0,
         ),
     )
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_layer(self, kwargs, num_weights, num_prior_params):
         self.run_layer_test(
             SelfAttentionCaps,
@@ -93,7 +94,7 @@ class SelfAttentionCapsTest(TestCase):
         revived.build((None, 2, 2))
         self.assertAllClose(revived.kernel, np.ones((2, 3, 2, 5)))
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_jit_compiled_fit_step(self):
         jit_compile = "auto" if keras.backend.backend() == "torch" else True
         inputs = keras.Input(shape=(6, 4))

@@ -8,9 +8,10 @@ from keras_capsules.testing import TestCase
 from tests import references
 from tests.layers import scae_cases
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _weights(layer):
@@ -88,7 +89,7 @@ class SetTransformerTest(TestCase):
             expected = references.scae_set_transformer(parts, p, _params(layer))
             self.assertAllClose(layer(parts, p), expected, atol=1e-5, rtol=1e-5)
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_official_masking_in_compiled_functions(self):
         # The official 1e32 penalty overflowed to NaN in XLA-fused softmax
         # kernels for some batch sizes; the layer must stay finite there.

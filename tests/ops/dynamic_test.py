@@ -9,9 +9,10 @@ from keras_capsules.testing import TestCase
 from tests import references
 from tests.ops import routing_cases
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _fit_one_step(*cases):
@@ -145,7 +146,7 @@ class DynamicRoutingTest(TestCase):
         self.assertAllClose(stopped, outputs)
         self.assertAllClose(stopped_coupling, coupling)
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_stop_gradient_changes_only_multi_iteration_gradients(self):
         votes = routing_cases.random_votes((1, 4, 3, 2))
         (plain, stopped, plain_once, stopped_once), _ = _fit_one_step(
@@ -186,7 +187,7 @@ class DynamicRoutingTest(TestCase):
         self.assertAllClose(outputs, expected, atol=atol, rtol=atol)
         self.assertAllClose(coupling, expected_coupling, atol=atol)
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_degenerate_votes_gradient_step_is_finite(self):
         variants = (
             {},

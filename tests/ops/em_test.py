@@ -16,9 +16,10 @@ from keras_capsules.testing import TestCase
 from tests import references
 from tests.compiled import compiled
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 def _conv_connectivity(grid, num_in, kernel, strides, padding, num_out):
@@ -235,7 +236,7 @@ class EMRoutingTest(TestCase):
                 outputs[0][0], np.full((3, 16), expected), atol=1e-6
             )
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_gradient_step_is_finite(self):
         votes, activations = _degenerate_batch((6, 3, 16), (6,))
         _fit_probe(self, votes, activations, conv=False)
@@ -455,7 +456,7 @@ class EMConvRoutingTest(TestCase):
                 totals, np.full_like(totals, expected_total), atol=1e-5
             )
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_assignments_normalised_over_positions_and_types(self):
         # Large poses make log-probabilities of order -1e11: the per-child
         # shift must keep every child's assignments summing to exactly 1
@@ -488,7 +489,7 @@ class EMConvRoutingTest(TestCase):
             real[i, j, k] = True
         self.assertAllClose(assignments[:, ~real], 0.0, atol=0)
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_degenerate_inputs_are_finite(self):
         votes, activations = _degenerate_batch((2, 2, 18, 3, 16), (4, 4, 2))
         for mode in ("official", "paper"):
@@ -601,7 +602,7 @@ class ConvRoutingLayoutTest(TestCase):
         ("k3_s2_valid", 7, 3, 2, "valid", "official"),
         ("k3_s1_same", 5, 3, 1, "same", "paper"),
     )
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_layouts_agree(self, size, kernel, stride, padding, mode):
         rng = np.random.default_rng(2)
         num_in, num_out, batch = 3, 4, 2

@@ -9,9 +9,10 @@ from keras_capsules.ops._tiles import tiling
 from keras_capsules.testing import TestCase
 from tests import references
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 _GRIDS = (
     # name, grid, kernel, strides, padding, trailing

@@ -9,9 +9,10 @@ from keras_capsules.testing import TestCase
 from tests import references
 from tests.ops import routing_cases
 
-# The eager checks run on TensorFlow and PyTorch; JAX runs the tests
-# marked `compiled` (see conftest.py).
-pytestmark = pytest.mark.eager
+# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
+# every operation of an eager call on its own, only the tests that train
+# or call a compiled function (docs/development.md).
+pytestmark = pytest.mark.backends("tensorflow", "torch")
 
 
 class SelfAttentionRoutingTest(TestCase):
@@ -79,7 +80,7 @@ class SelfAttentionRoutingTest(TestCase):
         self.assertAllClose(outputs, expected, atol=atol, rtol=atol)
         self.assertAllClose(coupling, expected_coupling, atol=atol)
 
-    @pytest.mark.compiled
+    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_degenerate_votes_gradient_step_is_finite(self):
         updated, predictions = routing_cases.fit_one_step(
             self_attention_routing,
