@@ -17,8 +17,6 @@ from keras_capsules.losses import MarginLoss
 from keras_capsules.models import CapsNet
 from keras_capsules.testing import TestCase
 from tests import references
-from tests.compiled import compiled
-from tests.compiled import inference_loss
 
 # Small enough to compile and train in seconds on any backend, with every
 # size different from the others so that shape mix-ups fail.
@@ -214,22 +212,24 @@ class CapsNetTest(TestCase):
             )
         )
 
+    @pytest.mark.backends("tensorflow", "torch")
     def test_compute_loss_adds_label_masked_reconstruction(self):
         model = CapsNet(**SMALL_CONFIG)
         model.compile()
         x, y = _data(4)
         weights = np.array([1.0, 0.0, 2.0, 0.5], dtype="float32")
         lengths = _numpy(model.predict(x, verbose=0))
-        # One compiled call each on JAX: the subject is the loss, not the
-        # eager path.
-        reconstruct = compiled(model.reconstruct)
-        errors = ((_numpy(reconstruct(x, y)) - x) ** 2).reshape(4, -1)
+        errors = ((_numpy(model.reconstruct(x, y)) - x) ** 2).reshape(4, -1)
         expected = np.mean(
             weights
             * (references.margin_loss(y, lengths) + 0.01 * errors.sum(-1))
         )
-        loss = compiled(inference_loss(model))(
-            x, y, lengths.astype("float32"), weights
+        loss = model.compute_loss(
+            x=keras.ops.convert_to_tensor(x),
+            y=keras.ops.convert_to_tensor(y),
+            y_pred=keras.ops.convert_to_tensor(lengths.astype("float32")),
+            sample_weight=keras.ops.convert_to_tensor(weights),
+            training=False,
         )
         self.assertAllClose(loss, expected, atol=1e-5, rtol=1e-5)
 
@@ -430,6 +430,7 @@ class CapsNetTest(TestCase):
     @parameterized.named_parameters(
         ("float16", "mixed_float16"), ("bfloat16", "mixed_bfloat16")
     )
+    @pytest.mark.backends("tensorflow", "torch")
     def test_mixed_precision(self, policy):
         original = keras.config.dtype_policy()
         keras.config.set_dtype_policy(policy)

@@ -87,6 +87,7 @@ class Uint8ImagesTest(TestCase):
                 model.predict(pixels.astype(dtype), verbose=0)
 
 
+@pytest.mark.backends("tensorflow", "torch")
 class NonFiniteImagesTest(TestCase):
     @parameterized.named_parameters(*_MODELS)
     def test_a_non_finite_image_gets_nan_scores_only(self, cls, config):

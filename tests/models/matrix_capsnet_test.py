@@ -428,6 +428,7 @@ class MatrixCapsNetTest(TestCase):
     @parameterized.named_parameters(
         ("float16", "mixed_float16"), ("bfloat16", "mixed_bfloat16")
     )
+    @pytest.mark.backends("tensorflow", "torch")
     def test_mixed_precision_predict_is_finite(self, policy):
         keras.config.set_dtype_policy(policy)
         self.addCleanup(keras.config.set_dtype_policy, "float32")

@@ -202,6 +202,7 @@ class FromReferenceWeightsTest(TestCase):
         ("multimnist", "multimnist"),
         ("smallnorb", "smallnorb"),
     )
+    @pytest.mark.backends("tensorflow", "torch")
     def test_computes_the_authors_network(self, preset):
         weights = _random_weights(preset)
         path = _write_training_graph(self._path(), preset, weights)
