@@ -10,8 +10,9 @@ import tempfile
 import keras
 import pytest
 
-# The backend that runs every test; the others skip the tests marked
-# `primary_backend` (see docs/development.md).
+# The backend of the tests marked `primary_backend`, which the others
+# skip; it also runs every test that no `backends` marker keeps from it
+# (see docs/development.md).
 PRIMARY_BACKEND = "tensorflow"
 
 

@@ -18,8 +18,9 @@ from tests.models.presets_test import MODELS as _MODELS
 
 # Signatures, argument checks and saved schedules, the same code on every
 # backend; each model's fit, save and load run on every backend in its own
-# tests.
-pytestmark = pytest.mark.primary_backend
+# tests. These run once, on PyTorch, which compiles nothing
+# (docs/development.md).
+pytestmark = pytest.mark.backends("torch")
 
 _KERAS_METHODS = ("fit", "train_on_batch", "evaluate", "predict")
 # The subpackages whose modules hold classes; `datasets` and

@@ -40,7 +40,7 @@ class MatrixCapsNetLearningTest(TestCase):
         accuracy = accuracy_after_training(self, model)
         self.assertGreater(accuracy, _BAR, msg=f"accuracy {accuracy}")
 
-    @pytest.mark.primary_backend
+    @pytest.mark.backends("torch")
     def test_functional_model_with_layer_defaults_learns_mnist(self):
         keras.utils.set_random_seed(0)
         images = keras.Input((24, 24, 1))

@@ -124,7 +124,7 @@ class MatrixCapsNetTest(TestCase):
         self.assertAllFinite(poses)
         self.assertAllClose(class_activations, activations, atol=1e-6)
 
-    @pytest.mark.primary_backend
+    @pytest.mark.backends("torch")
     def test_compile_default_without_total_steps(self):
         model = MatrixCapsNet(**_TINY)
         model.compile()
@@ -160,7 +160,7 @@ class MatrixCapsNetTest(TestCase):
             rtol=1e-6,
         )
 
-    @pytest.mark.primary_backend
+    @pytest.mark.backends("torch")
     def test_compile_with_total_steps_is_a_cosine_over_the_run(self):
         model = MatrixCapsNet(**_TINY)
         model.compile(total_steps=100)
@@ -202,7 +202,7 @@ class MatrixCapsNetTest(TestCase):
         with self.assertRaisesRegex(ValueError, r"Received: total_steps=0$"):
             model.default_optimizer(total_steps=0)
 
-    @pytest.mark.primary_backend
+    @pytest.mark.backends("torch")
     def test_official_schedule_is_an_optimizer_passed_in(self):
         model = MatrixCapsNet(**_TINY)
         official = keras.optimizers.Adam(
@@ -223,7 +223,7 @@ class MatrixCapsNetTest(TestCase):
         ):
             model.compile(schedule="official")
 
-    @pytest.mark.primary_backend
+    @pytest.mark.backends("torch")
     def test_saved_after_compile_keeps_the_schedule(self):
         model = MatrixCapsNet(**_TINY)
         model.compile(total_steps=40)

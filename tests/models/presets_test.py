@@ -125,7 +125,7 @@ _NEW_FOR_NEW_CLASSES = {
 }
 
 
-@pytest.mark.primary_backend
+@pytest.mark.backends("torch")
 class SaveToPresetTest(TestCase):
     @parameterized.named_parameters(*MODELS)
     def test_round_trip_keeps_the_weights(self, cls, config):
