@@ -17,6 +17,7 @@ from keras_capsules.losses import MarginLoss
 from keras_capsules.models import CapsNet
 from keras_capsules.testing import TestCase
 from tests import references
+from tests.models.inference_loss import inference_loss
 
 # Small enough to compile and train in seconds on any backend, with every
 # size different from the others so that shape mix-ups fail.
@@ -224,13 +225,7 @@ class CapsNetTest(TestCase):
             weights
             * (references.margin_loss(y, lengths) + 0.01 * errors.sum(-1))
         )
-        loss = model.compute_loss(
-            x=keras.ops.convert_to_tensor(x),
-            y=keras.ops.convert_to_tensor(y),
-            y_pred=keras.ops.convert_to_tensor(lengths.astype("float32")),
-            sample_weight=keras.ops.convert_to_tensor(weights),
-            training=False,
-        )
+        loss = inference_loss(model, x, y, lengths.astype("float32"), weights)
         self.assertAllClose(loss, expected, atol=1e-5, rtol=1e-5)
 
     def test_fit_evaluate_save_load(self):

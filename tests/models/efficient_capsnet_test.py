@@ -15,6 +15,7 @@ from keras_capsules.losses import MarginLoss
 from keras_capsules.models import EfficientCapsNet
 from keras_capsules.testing import TestCase
 from tests import references
+from tests.models.inference_loss import inference_loss
 
 # Small enough to train in seconds on any backend, every size different:
 # 20x20 -> 18 -> 8 -> 6, and a 6x6 primary window over 16 channels gives 4
@@ -121,13 +122,7 @@ class EfficientCapsNetTest(TestCase):
             weights
             * (references.margin_loss(y, lengths) + 0.392 * errors.mean(-1))
         )
-        loss = model.compute_loss(
-            x=keras.ops.convert_to_tensor(x),
-            y=keras.ops.convert_to_tensor(y),
-            y_pred=keras.ops.convert_to_tensor(lengths.astype("float32")),
-            sample_weight=keras.ops.convert_to_tensor(weights),
-            training=False,
-        )
+        loss = inference_loss(model, x, y, lengths.astype("float32"), weights)
         self.assertAllClose(loss, expected, atol=1e-5, rtol=1e-5)
 
     def test_fit_evaluate_save_load(self):
