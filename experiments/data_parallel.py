@@ -32,9 +32,9 @@ the shape of each device's share of the input; and, from `--steps` steps
 (one by default) of plain SGD at the first batch on the devices and on a
 single device, as `--check` trains, both loss histories, the largest
 weight difference and whether every replica holds the same value of every
-variable. A data-parallel step should hold
-only all-reduces (of gradients, metrics and batch statistics), whose bytes
-do not grow with the batch, and each device should see its share.
+variable. A data-parallel step should hold only all-reduces (of
+gradients, metrics and batch statistics), whose bytes do not grow with
+the batch, and each device should see its share.
 `--model` takes several networks there, checked one after the other.
 `--train-steps-only-after-first` compiles the evaluate and predict steps at
 the first batch only (the train step, which holds the forward pass, at
