@@ -74,28 +74,28 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "large" in item.keywords:
                 item.add_marker(skip_large)
-    if keras.backend.backend() != PRIMARY_BACKEND and not config.getoption(
-        "--every_backend"
-    ):
-        skip_primary = pytest.mark.skip(
-            reason=f"primary_backend: runs on {PRIMARY_BACKEND} "
-            "(--every_backend runs it here)"
-        )
-        for item in items:
-            if not _runs_on_every_backend(item):
-                item.add_marker(skip_primary)
-    if not config.getoption("--every_backend"):
-        backend = keras.backend.backend()
-        for item in items:
-            # The test's own marker, else its class's, else its module's.
-            marker = item.get_closest_marker("backends")
-            if marker is not None and backend not in marker.args:
-                item.add_marker(
-                    pytest.mark.skip(
-                        reason=f"backends: runs on {', '.join(marker.args)} "
-                        "(--every_backend runs it here)"
-                    )
+    if config.getoption("--every_backend"):
+        return
+    backend = keras.backend.backend()
+    for item in items:
+        reason = _skip_reason(item, backend)
+        if reason is not None:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"{reason} (--every_backend runs it here)"
                 )
+            )
+
+
+def _skip_reason(item, backend):
+    """Why the markers keep `item` from `backend`, or `None`."""
+    if backend != PRIMARY_BACKEND and not _runs_on_every_backend(item):
+        return f"primary_backend: runs on {PRIMARY_BACKEND}"
+    # The test's own marker, else its class's, else its module's.
+    marker = item.get_closest_marker("backends")
+    if marker is not None and backend not in marker.args:
+        return f"backends: runs on {', '.join(marker.args)}"
+    return None
 
 
 def _runs_on_every_backend(item):

@@ -2,18 +2,15 @@ import re
 
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.layers import ConvCaps
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _numpy_conv_caps(
@@ -59,7 +56,7 @@ class ConvCapsTest(TestCase):
             0,
         ),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer(
         self, input_shape, kwargs, expected, num_weights, num_bias_params
     ):
@@ -168,7 +165,7 @@ class ConvCapsTest(TestCase):
         outputs = layer(x)
         self.assertAllClose(layer(x[:, :, :, ::-1]), outputs, atol=1e-6)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_dynamic_spatial_size(self):
         inputs = keras.Input(shape=(None, None, 3, 4))
         outputs = ConvCaps(2, 3, kernel_size=3, strides=2)(inputs)

@@ -2,18 +2,15 @@ import re
 
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.layers import DenseCaps
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _numpy_dense_caps(x, kernel, bias, iterations, leaky=False):
@@ -41,7 +38,7 @@ class DenseCapsTest(TestCase):
             15,
         ),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer(self, kwargs, num_weights, num_bias_params):
         self.run_layer_test(
             DenseCaps,
@@ -152,7 +149,7 @@ class DenseCapsTest(TestCase):
         self.assertAllClose(revived.kernel, np.ones((2, 2, 3, 5)))
         self.assertAllClose(revived.bias, np.full((3, 5), 0.1))
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_jit_compiled_fit_step(self):
         # Torch's compiler is not a requirement here; "auto" leaves it off.
         jit_compile = "auto" if keras.backend.backend() == "torch" else True
@@ -173,7 +170,7 @@ class DenseCapsTest(TestCase):
         self.assertAllFinite(after)
         self.assertFalse(np.allclose(before, after))
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_variable_batch_size(self):
         inputs = keras.Input(shape=(6, 4))
         model = keras.Model(inputs, DenseCaps(3, 5)(inputs))

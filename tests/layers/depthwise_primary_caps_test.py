@@ -2,18 +2,15 @@ import re
 
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.layers import DepthwisePrimaryCaps
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _inputs(shape, seed=0):
@@ -46,7 +43,7 @@ class DepthwisePrimaryCapsTest(TestCase):
             4 * 9 + 4,
         ),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer(self, input_shape, kwargs, expected, num_params):
         self.run_layer_test(
             DepthwisePrimaryCaps,
@@ -91,7 +88,7 @@ class DepthwisePrimaryCapsTest(TestCase):
         layer.build((None, 9, 9, 128))
         self.assertEqual(layer.count_params(), 10_496)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_dynamic_spatial_size(self):
         inputs = keras.Input(shape=(None, None, 8))
         model = keras.Model(

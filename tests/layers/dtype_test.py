@@ -50,11 +50,9 @@ from keras_capsules.layers import SetTransformer
 from keras_capsules.layers import TemplateDecoder
 from keras_capsules.ops import geometric_transform
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _array(shape, seed, low=0.0, high=1.0):
@@ -317,14 +315,13 @@ class DtypeTest(TestCase):
     @parameterized.named_parameters(
         _dtype_cases("mixed_float16", "mixed_bfloat16")
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_half_precision(self, factory, inputs, policy):
         self._check_dtype(factory, inputs, policy)
 
     # float64, the same casts in the layers' code, on the primary backend.
     @parameterized.named_parameters(_dtype_cases("float64"))
     @pytest.mark.primary_backend
-    @pytest.mark.backends("tensorflow", "jax", "torch")
     def test_float64(self, factory, inputs, policy):
         self._check_dtype(factory, inputs, policy)
 

@@ -10,12 +10,10 @@ from keras_capsules.layers import EMClassCaps
 from keras_capsules.layers import EMConvCaps
 from keras_capsules.layers import PrimaryMatrixCaps
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _capsules(shape, seed=0):
@@ -27,7 +25,7 @@ def _capsules(shape, seed=0):
 
 
 class EMClassCapsTest(TestCase):
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer_basics(self):
         self.run_layer_test(
             EMClassCaps,
@@ -38,7 +36,7 @@ class EMClassCapsTest(TestCase):
             expected_num_params=4 * 16 * 5 + 2 * 5,
         )
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_official_setting(self):
         # The option set of the ops splats into the layer unchanged.
         official = dict(capsule_ops.OFFICIAL_EM_CLASS_OPTIONS)
@@ -164,7 +162,7 @@ class EMClassCapsTest(TestCase):
             1e-4,
         )
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_degenerate_inputs_train_finitely(self):
         # Identical poses with a ones kernel and no coordinates make
         # identical votes; then no active input; then poses of size 1e4.
@@ -192,7 +190,7 @@ class EMClassCapsTest(TestCase):
         # no momentum on the mean).
         self.assertAllClose(outputs[0][0], np.full((2, 4, 4), 4.0), atol=1e-4)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_mixed_precision(self):
         inputs = _capsules((3, 2, 2, 3), seed=4)
         inputs[0][2] *= 1e4
@@ -209,7 +207,7 @@ class EMClassCapsTest(TestCase):
         keras.config.set_dtype_policy("float32")
 
     @pytest.mark.primary_backend
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_matrix_capsule_network_compiles_fits_and_reloads(self):
         # Conv2D -> PrimaryMatrixCaps -> EMConvCaps -> EMClassCaps, the
         # paper's stack at toy size, jit-compiled where the backend can.

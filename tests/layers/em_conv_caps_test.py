@@ -6,12 +6,10 @@ from absl.testing import parameterized
 from keras_capsules import ops as capsule_ops
 from keras_capsules.layers import EMConvCaps
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _capsules(shape, seed=0, scale=1.0):
@@ -40,7 +38,7 @@ class EMConvCapsTest(TestCase):
     # The official setting on every backend; the other geometries, the same
     # index arithmetic, on the primary one.
     @pytest.mark.primary_backend(every_backend=("k3_s2_official_setting",))
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer_basics(self, extra_kwargs, grid, out_grid):
         init_kwargs = {"num_capsules": 2, "kernel_size": (3, 3)}
         init_kwargs.update(extra_kwargs)
@@ -145,7 +143,7 @@ class EMConvCapsTest(TestCase):
         )
         self.assertAllClose(activations, expected[1], atol=1e-6)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_degenerate_inputs_train_finitely(self):
         # Identical poses with a ones kernel make identical votes (zero
         # variance); the second example has no active input capsule; the
@@ -166,7 +164,7 @@ class EMConvCapsTest(TestCase):
             [poses, activations],
         )
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_mixed_precision(self):
         # Routing maths in float32, outputs in the compute dtype, finite
         # values and a finite training step, including 1e4 poses and

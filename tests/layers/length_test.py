@@ -1,15 +1,12 @@
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 
 from keras_capsules.layers import Length
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _numpy_length(x, axis=-1):
@@ -24,7 +21,7 @@ class LengthTest(TestCase):
         ("rank_4", {"axis": -1}, (2, 3, 5, 4), (2, 3, 5)),
         ("rank_2", {}, (3, 8), (3,)),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer_basics(self, init_kwargs, input_shape, output_shape):
         self.run_layer_test(
             Length,
@@ -56,7 +53,7 @@ class LengthTest(TestCase):
             atol=1e-6,
         )
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_finite_gradient_at_zero_capsules(self):
         # A zero kernel makes every capsule exactly zero, where the exact
         # norm has no gradient: a NaN there would poison the kernel.

@@ -1,15 +1,12 @@
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 
 from keras_capsules.layers import Mask
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _numpy_mask(capsules, labels=None, top_k=1):
@@ -33,7 +30,7 @@ class MaskTest(TestCase):
         ("top_2", {"top_k": 2}, (3, 5, 4), (3, 20)),
         ("single_capsule", {}, (2, 1, 3), (2, 3)),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer_basics_by_length(
         self, init_kwargs, input_shape, output_shape
     ):
@@ -51,7 +48,7 @@ class MaskTest(TestCase):
     @parameterized.named_parameters(
         ("one_hot", 10, 16, False), ("multi_hot", 5, 4, True)
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer_basics_by_label(self, num_capsules, capsule_dim, multi):
         labels = np.eye(num_capsules, dtype="float32")[[1, 3]]
         if multi:
@@ -181,7 +178,7 @@ class MaskTest(TestCase):
             Mask().build((2, 10))
 
     @parameterized.named_parameters(("by_length", False), ("by_label", True))
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_trains_through_mask(self, use_labels):
         # Dense -> capsules -> Mask -> Dense, fitted under the backend's
         # default compilation (XLA on JAX): gradients reach the first Dense

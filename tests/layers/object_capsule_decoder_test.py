@@ -1,16 +1,13 @@
 import numpy as np
-import pytest
 from keras import ops
 
 from keras_capsules.layers import ObjectCapsuleDecoder
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 from tests.layers import scae_cases
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _features(batch=2, num=4, dim=8, seed=0):

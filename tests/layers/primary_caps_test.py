@@ -8,12 +8,10 @@ from keras import ops
 
 from keras_capsules.layers import PrimaryCaps
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _numpy_primary_caps(x, kernel, bias, capsule_dim, strides, padding):
@@ -33,7 +31,7 @@ class PrimaryCapsTest(TestCase):
     # One geometry on every backend; the other, the same index arithmetic, on
     # the primary one.
     @pytest.mark.primary_backend(every_backend=("valid",))
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer(self, input_shape, kernel_size, strides, padding, expected):
         self.run_layer_test(
             PrimaryCaps,
@@ -113,7 +111,7 @@ class PrimaryCapsTest(TestCase):
         self.assertEqual(layer.get_config()["kernel_size"], (3, 3))
         self.assertEqual(PrimaryCaps(2, 4, 3, padding="SAME").padding, "same")
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_dynamic_spatial_size(self):
         inputs = keras.Input(shape=(None, None, 3))
         outputs = PrimaryCaps(2, 4, kernel_size=3, strides=2)(inputs)

@@ -1,15 +1,12 @@
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 
 from keras_capsules.layers import PrimaryMatrixCaps
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _numpy_primary(x, layer):
@@ -61,7 +58,7 @@ class PrimaryMatrixCapsTest(TestCase):
             (3, 3),
         ),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer_basics(self, init_kwargs, input_shape, out_grid):
         num_capsules = init_kwargs["num_capsules"]
         channels = input_shape[-1]

@@ -2,19 +2,16 @@ import re
 
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.layers import SelfAttentionCaps
 from keras_capsules.ops import self_attention_routing
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _inputs(shape, seed=0):
@@ -31,7 +28,7 @@ class SelfAttentionCapsTest(TestCase):
             0,
         ),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layer(self, kwargs, num_weights, num_prior_params):
         self.run_layer_test(
             SelfAttentionCaps,
@@ -94,7 +91,7 @@ class SelfAttentionCapsTest(TestCase):
         revived.build((None, 2, 2))
         self.assertAllClose(revived.kernel, np.ones((2, 3, 2, 5)))
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_jit_compiled_fit_step(self):
         jit_compile = "auto" if keras.backend.backend() == "torch" else True
         inputs = keras.Input(shape=(6, 4))

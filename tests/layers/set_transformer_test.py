@@ -1,17 +1,14 @@
 import keras
 import numpy as np
-import pytest
 from keras import ops
 
 from keras_capsules.layers import SetTransformer
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 from tests.layers import scae_cases
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _weights(layer):
@@ -89,7 +86,7 @@ class SetTransformerTest(TestCase):
             expected = references.scae_set_transformer(parts, p, _params(layer))
             self.assertAllClose(layer(parts, p), expected, atol=1e-5, rtol=1e-5)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_official_masking_in_compiled_functions(self):
         # The official 1e32 penalty overflowed to NaN in XLA-fused softmax
         # kernels for some batch sizes; the layer must stay finite there.

@@ -1,5 +1,4 @@
 import numpy as np
-import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -7,13 +6,11 @@ from keras_capsules.layers import TemplateDecoder
 from keras_capsules.ops import geometric_transform
 from keras_capsules.ops import warp_templates
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 from tests.layers import scae_cases
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _poses(batch=2, num=40, seed=0):

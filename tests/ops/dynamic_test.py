@@ -1,18 +1,15 @@
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.ops import dynamic_routing
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 from tests.ops import routing_cases
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _fit_one_step(*cases):
@@ -146,7 +143,7 @@ class DynamicRoutingTest(TestCase):
         self.assertAllClose(stopped, outputs)
         self.assertAllClose(stopped_coupling, coupling)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_stop_gradient_changes_only_multi_iteration_gradients(self):
         votes = routing_cases.random_votes((1, 4, 3, 2))
         (plain, stopped, plain_once, stopped_once), _ = _fit_one_step(
@@ -187,7 +184,7 @@ class DynamicRoutingTest(TestCase):
         self.assertAllClose(outputs, expected, atol=atol, rtol=atol)
         self.assertAllClose(coupling, expected_coupling, atol=atol)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_degenerate_votes_gradient_step_is_finite(self):
         variants = (
             {},

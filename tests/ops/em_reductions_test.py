@@ -1,15 +1,12 @@
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 
 from keras_capsules.ops.em import _reductions
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 class _Probe(keras.layers.Layer):
@@ -88,7 +85,7 @@ class ChildrenSumTest(TestCase):
         # vectorised, splits only reduced axes longer than 32.
         self.assertEqual(_reductions.chunk_count(size), expected)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_values_and_gradients_match_plain_sums(self):
         rng = np.random.default_rng(1)
         x = rng.normal(size=(18, 2, 3)).astype("float32")
@@ -161,7 +158,7 @@ class FusedStepsTest(TestCase):
         ("per_parent", (6, 2, 1, 3, 1)),
         ("shared_by_parents", (6, 2, 1, 1, 1)),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_weighted_mean(self, weights_shape):
         votes, weights, _, _ = self.arrays(weights_shape)
         upstream = np.random.default_rng(4).normal(size=(1,) + self.shape[1:])
@@ -189,7 +186,7 @@ class FusedStepsTest(TestCase):
         ("per_parent", (6, 2, 1, 3, 1)),
         ("shared_by_parents", (6, 2, 1, 1, 1)),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_weighted_variance(self, weights_shape):
         votes, weights, mean, _ = self.arrays(weights_shape)
         upstream = np.random.default_rng(5).normal(size=(1,) + self.shape[1:])
@@ -216,7 +213,7 @@ class FusedStepsTest(TestCase):
             d_mean, -d_deviation.sum(axis=0, keepdims=True), atol=1e-4
         )
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_deviation_energy(self):
         votes, _, mean, variance = self.arrays((6, 2, 1, 3, 1))
         upstream = np.random.default_rng(6).normal(size=(6, 2, 1, 3, 1))

@@ -20,13 +20,11 @@ from absl.testing import parameterized
 from keras_capsules import layers
 from keras_capsules import ops as capsule_ops
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 from tests.compiled import compiled
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 # float32 routing against the float64 transcriptions.
 _TOLERANCE = 1e-4
@@ -130,7 +128,7 @@ class OfficialOptionsTest(TestCase):
         ("seed1", 1, 72, 3),
         ("seed2_all_inactive", 2, 16, 4),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_dense_matches_official(self, seed, num_in, num_out):
         rng = np.random.default_rng(seed)
         votes = rng.normal(size=(2, num_in, num_out, 16)).astype("float32")
@@ -160,7 +158,7 @@ class OfficialOptionsTest(TestCase):
     # Two geometries on every backend; the others, the same index arithmetic,
     # on the primary one.
     @pytest.mark.primary_backend(every_backend=("s1", "s2_same"))
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_conv_matches_official(
         self, seed, grid, num_in, num_out, kernel, strides, padding
     ):

@@ -13,13 +13,11 @@ from keras_capsules.ops._tiles import tiling_sizes
 from keras_capsules.ops.em import _core
 from keras_capsules.ops.em import _vote_layouts
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 from tests.compiled import compiled
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _conv_connectivity(grid, num_in, kernel, strides, padding, num_out):
@@ -236,7 +234,7 @@ class EMRoutingTest(TestCase):
                 outputs[0][0], np.full((3, 16), expected), atol=1e-6
             )
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_gradient_step_is_finite(self):
         votes, activations = _degenerate_batch((6, 3, 16), (6,))
         _fit_probe(self, votes, activations, conv=False)
@@ -456,7 +454,7 @@ class EMConvRoutingTest(TestCase):
                 totals, np.full_like(totals, expected_total), atol=1e-5
             )
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_assignments_normalised_over_positions_and_types(self):
         # Large poses make log-probabilities of order -1e11: the per-child
         # shift must keep every child's assignments summing to exactly 1
@@ -489,7 +487,7 @@ class EMConvRoutingTest(TestCase):
             real[i, j, k] = True
         self.assertAllClose(assignments[:, ~real], 0.0, atol=0)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_degenerate_inputs_are_finite(self):
         votes, activations = _degenerate_batch((2, 2, 18, 3, 16), (4, 4, 2))
         for mode in ("official", "paper"):
@@ -602,7 +600,7 @@ class ConvRoutingLayoutTest(TestCase):
         ("k3_s2_valid", 7, 3, 2, "valid", "official"),
         ("k3_s1_same", 5, 3, 1, "same", "paper"),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_layouts_agree(self, size, kernel, stride, padding, mode):
         rng = np.random.default_rng(2)
         num_in, num_out, batch = 3, 4, 2

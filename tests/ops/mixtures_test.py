@@ -1,5 +1,4 @@
 import numpy as np
-import pytest
 from absl.testing import parameterized
 from keras import ops
 
@@ -7,13 +6,11 @@ from keras_capsules.ops import part_pose_log_likelihood
 from keras_capsules.ops import template_mixture_log_likelihood
 from keras_capsules.ops import template_mixture_mode
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import gradients
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _random(shape, seed=0, scale=1.0):

@@ -7,12 +7,10 @@ from keras_capsules import ops as capsule_ops
 from keras_capsules.ops import _tiles
 from keras_capsules.ops._tiles import tiling
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 _GRIDS = (
     # name, grid, kernel, strides, padding, trailing

@@ -1,18 +1,15 @@
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.ops import self_attention_routing
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 from tests.ops import routing_cases
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 class SelfAttentionRoutingTest(TestCase):
@@ -80,7 +77,7 @@ class SelfAttentionRoutingTest(TestCase):
         self.assertAllClose(outputs, expected, atol=atol, rtol=atol)
         self.assertAllClose(coupling, expected_coupling, atol=atol)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_degenerate_votes_gradient_step_is_finite(self):
         updated, predictions = routing_cases.fit_one_step(
             self_attention_routing,

@@ -1,15 +1,12 @@
 import numpy as np
-import pytest
 from absl.testing import parameterized
 
 from keras_capsules.ops import capsule_sparsity
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 def _presence(shape=(16, 32), seed=0):

@@ -1,17 +1,14 @@
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 from keras import ops
 
 from keras_capsules.ops import squash
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
 
-# Eager checks run on TensorFlow and PyTorch; on JAX, which compiles
-# every operation of an eager call on its own, only the tests that train
-# or call a compiled function (docs/development.md).
-pytestmark = pytest.mark.backends("tensorflow", "torch")
+pytestmark = backend_marks.EAGER
 
 
 class _SquashedWeight(keras.layers.Layer):
@@ -129,14 +126,14 @@ class SquashTest(TestCase):
         ("tiny", [1e-20, 0.0, -1e-20]),
         ("large", [1e4, -1e4, 1e4]),
     )
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_gradient_step_is_finite(self, value):
         for form in ("rational", "exponential"):
             weight, output = _fit_one_step(value, form)
             self.assertAllFinite(weight)
             self.assertAllFinite(output)
 
-    @pytest.mark.backends("tensorflow", "jax", "torch")
+    @backend_marks.COMPILED
     def test_gradient_step_moves_nonzero_vector(self):
         value = [0.3, -0.2, 0.1]
         weight, _ = _fit_one_step(value)
