@@ -494,7 +494,6 @@ def check(engine, single, args, x, y):
     Returns the report printed by `--check`.
     """
     import keras
-    import numpy as np
 
     # Plain SGD: the update is linear in the gradient, so the runs differ
     # only by the order of the float sums of the gradient all-reduce.
@@ -506,24 +505,44 @@ def check(engine, single, args, x, y):
         engine, args, x, y, optimizer=sgd, check=True
     )
     unsynced = engine.unsynced_variables(model)
-    weights = [np.asarray(w) for w in model.get_weights()]
     single_model, single_history, _ = train(
         single, args, x, y, optimizer=sgd, weights=initial, check=True
     )
-    single_weights = single_model.get_weights()
-    report = {
+    return {
         "backend": keras.backend.backend(),
         "model": args.model,
         "devices": engine.devices,
         "replicas": engine.replicas,
         "single_device_replicas": single.replicas,
-        "steps": len(history.history["loss"]),
+        **training_report(
+            model,
+            initial,
+            history.history,
+            unsynced,
+            single_model,
+            single_history.history,
+        ),
+    }
+
+
+def training_report(model, initial, history, unsynced, single, single_history):
+    """`model`, trained from the weights `initial` with the logs `history`
+    on the devices, against `single`, trained from the same weights on one
+    device: the steps, both loss histories, the largest weight difference,
+    the largest weight update (the scale the difference is judged against,
+    without the scheduled spread margin), the variables whose replicas
+    differ (`unsynced`) and MatrixCapsNet's scheduled margins."""
+    import numpy as np
+
+    weights = model.get_weights()
+    report = {
+        "steps": len(history["loss"]),
+        "loss": [float(v) for v in history["loss"]],
+        "single_device_loss": [float(v) for v in single_history["loss"]],
         "max_weight_diff": max(
             float(np.max(np.abs(a - b)))
-            for a, b in zip(weights, single_weights)
+            for a, b in zip(weights, single.get_weights())
         ),
-        # The scale of training, against which max_weight_diff is judged;
-        # without the scheduled spread margin.
         "max_weight_update": max(
             float(np.max(np.abs(a - b)))
             for a, b, variable in zip(weights, initial, model.weights)
@@ -531,15 +550,9 @@ def check(engine, single, args, x, y):
         ),
         "replicas_identical": not unsynced,
         "unsynced_variables": unsynced,
-        "loss": [float(v) for v in history.history["loss"]],
-        "single_device_loss": [
-            float(v) for v in single_history.history["loss"]
-        ],
     }
-    if "spread_margin" in history.history:
-        report["spread_margin"] = [
-            float(v) for v in history.history["spread_margin"]
-        ]
+    if "spread_margin" in history:
+        report["spread_margin"] = [float(v) for v in history["spread_margin"]]
     return report
 
 
@@ -598,13 +611,19 @@ def collectives(engine, single, args, x, y, directory):
             labels = y[:batch]
             if not batches:
                 model, initial, history = sgd_steps(engine, name, batch)
-                trained = model.get_weights()
                 unsynced = engine.unsynced_variables(model)
                 found = new_step_modules(directory, seen)
                 single_model, _, single_history = sgd_steps(
                     single, name, batch, initial
                 )
-                single_weights = single_model.get_weights()
+                training = training_report(
+                    model,
+                    initial,
+                    history,
+                    unsynced,
+                    single_model,
+                    single_history,
+                )
                 new_step_modules(directory, seen)
             images = on_canvas(model, x[:batch])
             # Sets the engine's distribution again, after `single`'s.
@@ -624,34 +643,7 @@ def collectives(engine, single, args, x, y, directory):
                 "batches": batches,
                 "training": {
                     "global_batch": args.batch_sizes[0],
-                    "steps": steps,
-                    "loss": [float(v) for v in history["loss"]],
-                    "single_device_loss": [
-                        float(v) for v in single_history["loss"]
-                    ],
-                    "max_weight_diff": max(
-                        float(np.max(np.abs(a - b)))
-                        for a, b in zip(trained, single_weights)
-                    ),
-                    # Without the scheduled spread margin, as `check`.
-                    "max_weight_update": max(
-                        float(np.max(np.abs(a - b)))
-                        for a, b, variable in zip(
-                            trained, initial, model.weights
-                        )
-                        if variable.trainable
-                    ),
-                    "replicas_identical": not unsynced,
-                    "unsynced_variables": unsynced,
-                    **(
-                        {
-                            "spread_margin": [
-                                float(v) for v in history["spread_margin"]
-                            ]
-                        }
-                        if "spread_margin" in history
-                        else {}
-                    ),
+                    **training,
                 },
             }
         )
