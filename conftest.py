@@ -1,7 +1,7 @@
 """Pytest configuration: the `large`, `primary_backend` and `backends`
 markers, the backend banner, one share of the cores per
-pytest-xdist worker on PyTorch, and one compilation cache for a run's
-processes on JAX."""
+pytest-xdist worker on PyTorch, and on JAX one compilation cache for a
+run's processes and the non-partitionable Threefry."""
 
 import os
 import shutil
@@ -38,6 +38,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if keras.backend.backend() == "jax":
         _share_jax_compilations(config)
+        _draw_small_kernels_quickly()
     # PyTorch's OpenMP threads take every core in each xdist worker; with
     # two workers on two cores, its training tests then ran 3 to 4 times
     # slower than with one thread each (TensorFlow and JAX share the cores
@@ -62,6 +63,17 @@ def _share_jax_compilations(config):
 
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def _draw_small_kernels_quickly():
+    # With JAX's default (partitionable) Threefry, XLA's CPU compiler took
+    # 12 to 14 s to compile one random draw of a (3, 3, 8, 12) kernel,
+    # 0.25 s without; the JAX run took 16 minutes with the default, 11
+    # without (docs/performance.md). The data-parallel collectives check
+    # runs in a process of its own, with JAX's default.
+    import jax
+
+    jax.config.update("jax_threefry_partitionable", False)
 
 
 def pytest_report_header(config):

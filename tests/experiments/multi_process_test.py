@@ -82,7 +82,15 @@ def _launch(output_dir, *flags):
             *_FLAGS,
             *flags,
         ],
-        env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3"),
+        env=dict(
+            os.environ,
+            KERAS_BACKEND="jax",
+            TF_CPP_MIN_LOG_LEVEL="3",
+            # As in the test process (conftest.py): these networks draw no
+            # random numbers inside their steps, and the initialisers'
+            # random kernels compile in a fraction of the time.
+            JAX_THREEFRY_PARTITIONABLE="0",
+        ),
         capture_output=True,
         text=True,
         # The launcher stops its processes after _TIMEOUT; this is a
