@@ -22,8 +22,9 @@ from benchmarks import naive_em
 from keras_capsules.testing import TestCase
 
 # The benchmarks' baseline and its comparison points: the layers they
-# compare are tested on every backend by the layer tests.
-pytestmark = pytest.mark.primary_backend
+# compare are tested on every backend by the layer tests. They run once,
+# on PyTorch, which compiles nothing (docs/development.md).
+pytestmark = pytest.mark.backends("torch")
 
 # Sizes far below the benchmark's, measured through its own build path:
 # ConvCaps1 on a 5x5 grid (3 types to 4), and the tiny MatrixCapsNet on

@@ -18,8 +18,9 @@ from benchmarks import run
 from benchmarks import runner
 from keras_capsules.testing import TestCase
 
-# The benchmark runner's command line and records.
-pytestmark = pytest.mark.primary_backend
+# The benchmark runner's command line and records, checked once, on
+# PyTorch, which compiles nothing (docs/development.md).
+pytestmark = pytest.mark.backends("torch")
 
 _MEASURED = (
     "compile_seconds",

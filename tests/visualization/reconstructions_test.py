@@ -13,8 +13,9 @@ pytest.importorskip("matplotlib")
 from keras_capsules.visualization import reconstructions  # noqa: E402
 
 # Figures: the networks they draw are tested on every backend by the
-# model tests.
-pytestmark = pytest.mark.primary_backend
+# model tests. They run once, on PyTorch, which compiles nothing
+# (docs/development.md).
+pytestmark = pytest.mark.backends("torch")
 
 
 def _images(shape, seed=0):
