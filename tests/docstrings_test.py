@@ -12,16 +12,15 @@ import importlib
 import pkgutil
 import re
 
-import pytest
 from absl.testing import parameterized
 
 import keras_capsules
 from keras_capsules.testing import TestCase
+from tests.backend_marks import RUN_ONCE
 
 # Documentation examples: their ops are tested on every backend by the
-# op and layer tests; the examples run once, on PyTorch, which compiles
-# nothing (docs/development.md).
-pytestmark = pytest.mark.backends("torch")
+# op and layer tests.
+pytestmark = RUN_ONCE
 
 _MODULES = sorted(
     info.name

@@ -12,7 +12,6 @@ from unittest import mock
 
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 
 import keras_capsules
@@ -20,11 +19,11 @@ from benchmarks import common
 from benchmarks import models
 from benchmarks import naive_em
 from keras_capsules.testing import TestCase
+from tests.backend_marks import RUN_ONCE
 
 # The benchmarks' baseline and its comparison points: the layers they
-# compare are tested on every backend by the layer tests. They run once,
-# on PyTorch, which compiles nothing (docs/development.md).
-pytestmark = pytest.mark.backends("torch")
+# compare are tested on every backend by the layer tests.
+pytestmark = RUN_ONCE
 
 # Sizes far below the benchmark's, measured through its own build path:
 # ConvCaps1 on a 5x5 grid (3 types to 4), and the tiny MatrixCapsNet on

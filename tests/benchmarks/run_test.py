@@ -9,7 +9,6 @@ import tempfile
 
 import keras
 import numpy as np
-import pytest
 
 from benchmarks import models
 from benchmarks import official_codes
@@ -17,10 +16,10 @@ from benchmarks import report
 from benchmarks import run
 from benchmarks import runner
 from keras_capsules.testing import TestCase
+from tests.backend_marks import RUN_ONCE
 
-# The benchmark runner's command line and records, checked once, on
-# PyTorch, which compiles nothing (docs/development.md).
-pytestmark = pytest.mark.backends("torch")
+# The benchmark runner's command line and records.
+pytestmark = RUN_ONCE
 
 _MEASURED = (
     "compile_seconds",

@@ -9,18 +9,17 @@ import pkgutil
 
 import keras
 import numpy as np
-import pytest
 from absl.testing import parameterized
 
 import keras_capsules
 from keras_capsules.testing import TestCase
+from tests.backend_marks import RUN_ONCE
 from tests.models.presets_test import MODELS as _MODELS
 
 # Signatures, argument checks and saved schedules, the same code on every
 # backend; each model's fit, save and load run on every backend in its own
-# tests. These run once, on PyTorch, which compiles nothing
-# (docs/development.md).
-pytestmark = pytest.mark.backends("torch")
+# tests.
+pytestmark = RUN_ONCE
 
 _KERAS_METHODS = ("fit", "train_on_batch", "evaluate", "predict")
 # The subpackages whose modules hold classes; `datasets` and

@@ -14,11 +14,11 @@ pytest.importorskip("matplotlib")
 
 from keras_capsules.visualization import coupling_coefficients  # noqa: E402
 from keras_capsules.visualization import perturbation_grid  # noqa: E402
+from tests.backend_marks import RUN_ONCE
 
 # Figures: the networks they draw are tested on every backend by the
-# model tests. They run once, on PyTorch, which compiles nothing
-# (docs/development.md).
-pytestmark = pytest.mark.backends("torch")
+# model tests.
+pytestmark = RUN_ONCE
 
 # Conv1 9x9 then PrimaryCaps 9x9 stride 2 on 28x28: a 6x6 grid.
 _GRID = (6, 6)
