@@ -67,8 +67,8 @@ def _share_jax_compilations(config):
 
 def _draw_small_kernels_quickly():
     # With JAX's default (partitionable) Threefry, XLA's CPU compiler took
-    # 12 to 14 s to compile one random draw of a (3, 3, 8, 12) kernel,
-    # 0.25 s without; the JAX run took 16 minutes with the default, 11
+    # 12.5 to 15 s to compile one random draw of a (3, 3, 8, 12) kernel,
+    # about 0.3 s without; the JAX run took 16 minutes with the default, 11
     # without (docs/performance.md). The data-parallel collectives check
     # runs in a process of its own, with JAX's default.
     import jax
