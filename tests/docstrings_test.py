@@ -16,11 +16,11 @@ from absl.testing import parameterized
 
 import keras_capsules
 from keras_capsules.testing import TestCase
-from tests.backend_marks import RUN_ONCE
+from tests import backend_marks
 
 # Documentation examples: their ops are tested on every backend by the
 # op and layer tests.
-pytestmark = RUN_ONCE
+pytestmark = backend_marks.RUN_ONCE
 
 _MODULES = sorted(
     info.name

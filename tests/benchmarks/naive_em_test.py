@@ -19,11 +19,11 @@ from benchmarks import common
 from benchmarks import models
 from benchmarks import naive_em
 from keras_capsules.testing import TestCase
-from tests.backend_marks import RUN_ONCE
+from tests import backend_marks
 
 # The benchmarks' baseline and its comparison points: the layers they
 # compare are tested on every backend by the layer tests.
-pytestmark = RUN_ONCE
+pytestmark = backend_marks.RUN_ONCE
 
 # Sizes far below the benchmark's, measured through its own build path:
 # ConvCaps1 on a 5x5 grid (3 types to 4), and the tiny MatrixCapsNet on

@@ -16,10 +16,10 @@ from benchmarks import report
 from benchmarks import run
 from benchmarks import runner
 from keras_capsules.testing import TestCase
-from tests.backend_marks import RUN_ONCE
+from tests import backend_marks
 
 # The benchmark runner's command line and records.
-pytestmark = RUN_ONCE
+pytestmark = backend_marks.RUN_ONCE
 
 _MEASURED = (
     "compile_seconds",

@@ -13,13 +13,13 @@ from absl.testing import parameterized
 
 import keras_capsules
 from keras_capsules.testing import TestCase
-from tests.backend_marks import RUN_ONCE
+from tests import backend_marks
 from tests.models.presets_test import MODELS as _MODELS
 
 # Signatures, argument checks and saved schedules, the same code on every
 # backend; each model's fit, save and load run on every backend in its own
 # tests.
-pytestmark = RUN_ONCE
+pytestmark = backend_marks.RUN_ONCE
 
 _KERAS_METHODS = ("fit", "train_on_batch", "evaluate", "predict")
 # The subpackages whose modules hold classes; `datasets` and

@@ -20,7 +20,7 @@ from keras_capsules.layers import PrimaryMatrixCaps
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models import MatrixCapsNet
 from keras_capsules.testing import TestCase
-from tests.backend_marks import RUN_ONCE
+from tests import backend_marks
 from tests.models.learning import accuracy_after_training
 
 _BAR = 0.5
@@ -40,7 +40,7 @@ class MatrixCapsNetLearningTest(TestCase):
         accuracy = accuracy_after_training(self, model)
         self.assertGreater(accuracy, _BAR, msg=f"accuracy {accuracy}")
 
-    @RUN_ONCE
+    @backend_marks.RUN_ONCE
     def test_functional_model_with_layer_defaults_learns_mnist(self):
         keras.utils.set_random_seed(0)
         images = keras.Input((24, 24, 1))

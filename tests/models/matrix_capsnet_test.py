@@ -12,8 +12,8 @@ from keras_capsules.layers import PrimaryMatrixCaps
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models import MatrixCapsNet
 from keras_capsules.testing import TestCase
+from tests import backend_marks
 from tests import references
-from tests.backend_marks import RUN_ONCE
 from tests.compiled import compiled
 
 # One tiny configuration everywhere (the "tiny" preset's sizes): on JAX
@@ -125,7 +125,7 @@ class MatrixCapsNetTest(TestCase):
         self.assertAllFinite(poses)
         self.assertAllClose(class_activations, activations, atol=1e-6)
 
-    @RUN_ONCE
+    @backend_marks.RUN_ONCE
     def test_compile_default_without_total_steps(self):
         model = MatrixCapsNet(**_TINY)
         model.compile()
@@ -161,7 +161,7 @@ class MatrixCapsNetTest(TestCase):
             rtol=1e-6,
         )
 
-    @RUN_ONCE
+    @backend_marks.RUN_ONCE
     def test_compile_with_total_steps_is_a_cosine_over_the_run(self):
         model = MatrixCapsNet(**_TINY)
         model.compile(total_steps=100)
@@ -203,7 +203,7 @@ class MatrixCapsNetTest(TestCase):
         with self.assertRaisesRegex(ValueError, r"Received: total_steps=0$"):
             model.default_optimizer(total_steps=0)
 
-    @RUN_ONCE
+    @backend_marks.RUN_ONCE
     def test_official_schedule_is_an_optimizer_passed_in(self):
         model = MatrixCapsNet(**_TINY)
         official = keras.optimizers.Adam(
@@ -224,7 +224,7 @@ class MatrixCapsNetTest(TestCase):
         ):
             model.compile(schedule="official")
 
-    @RUN_ONCE
+    @backend_marks.RUN_ONCE
     def test_saved_after_compile_keeps_the_schedule(self):
         model = MatrixCapsNet(**_TINY)
         model.compile(total_steps=40)

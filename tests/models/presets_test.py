@@ -15,7 +15,7 @@ from keras_capsules import models
 from keras_capsules.datasets import mnist
 from keras_capsules.models import _presets
 from keras_capsules.testing import TestCase
-from tests.backend_marks import RUN_ONCE
+from tests import backend_marks
 from tests.models.capsnet_test import SMALL_CONFIG as CAPSNET_CONFIG
 from tests.models.efficient_capsnet_test import SMALL_CONFIG as EFFICIENT_CONFIG
 
@@ -126,7 +126,7 @@ _NEW_FOR_NEW_CLASSES = {
 }
 
 
-@RUN_ONCE
+@backend_marks.RUN_ONCE
 class SaveToPresetTest(TestCase):
     @parameterized.named_parameters(*MODELS)
     def test_round_trip_keeps_the_weights(self, cls, config):

@@ -14,11 +14,11 @@ pytest.importorskip("matplotlib")
 
 from keras_capsules.visualization import coupling_coefficients  # noqa: E402
 from keras_capsules.visualization import perturbation_grid  # noqa: E402
-from tests.backend_marks import RUN_ONCE
+from tests import backend_marks
 
 # Figures: the networks they draw are tested on every backend by the
 # model tests.
-pytestmark = RUN_ONCE
+pytestmark = backend_marks.RUN_ONCE
 
 # Conv1 9x9 then PrimaryCaps 9x9 stride 2 on 28x28: a 6x6 grid.
 _GRID = (6, 6)

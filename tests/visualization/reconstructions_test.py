@@ -11,11 +11,11 @@ from tests import non_finite
 pytest.importorskip("matplotlib")
 
 from keras_capsules.visualization import reconstructions  # noqa: E402
-from tests.backend_marks import RUN_ONCE
+from tests import backend_marks
 
 # Figures: the networks they draw are tested on every backend by the
 # model tests.
-pytestmark = RUN_ONCE
+pytestmark = backend_marks.RUN_ONCE
 
 
 def _images(shape, seed=0):

@@ -10,11 +10,11 @@ pytest.importorskip("matplotlib")
 from keras_capsules.visualization import learned_templates  # noqa: E402
 from keras_capsules.visualization import object_presence_by_class  # noqa: E402
 from keras_capsules.visualization import part_reconstructions  # noqa: E402
-from tests.backend_marks import RUN_ONCE
+from tests import backend_marks
 
 # Figures: the networks they draw are tested on every backend by the
 # model tests.
-pytestmark = RUN_ONCE
+pytestmark = backend_marks.RUN_ONCE
 
 
 class StackedCapsuleAutoencoderFiguresTest(TestCase):
