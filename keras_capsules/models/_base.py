@@ -196,6 +196,11 @@ class CapsuleModel(keras.Model):
     ):
         """Configures the model for training, with the model's defaults.
 
+        The optimizer's variables are created here, for the model's
+        trainable variables, where Keras would create them inside the
+        first training step: TensorFlow then traces that step once
+        instead of twice.
+
         Args:
             optimizer: An optimizer, or `"auto"` for the one
                 `default_optimizer(total_steps)` returns. Defaults to
@@ -248,6 +253,14 @@ class CapsuleModel(keras.Model):
             jit_compile=jit_compile,
             **kwargs,
         )
+        # Keras builds the optimizer inside the first trace of the train
+        # step unless a `tf.distribute` strategy is set, and TensorFlow
+        # traces a function that creates variables twice: built here, the
+        # first `fit` traces it once (CapsNet's first `fit` on TensorFlow
+        # took 13.6 s with two traces, 6.9 s with one).
+        if self.built and self.optimizer is not None:
+            if not self.optimizer.built:
+                self.optimizer.build(self.trainable_variables)
 
     def default_optimizer(self, total_steps=None):
         """The optimizer of `compile(optimizer="auto")`."""
@@ -269,8 +282,6 @@ class CapsuleModel(keras.Model):
         # The backend that loads the model picks its own default.
         config.pop("jit_compile", None)
         self.compile(**config)
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
 
     @classmethod
     def from_config(cls, config):

@@ -1,6 +1,7 @@
 """What the three models share: one `compile` and `default_optimizer`
-signature, `total_steps` checked alike, and Keras's own `fit`,
-`train_on_batch`, `evaluate` and `predict` everywhere in the package."""
+signature, `total_steps` checked alike, an optimizer built by `compile`,
+and Keras's own `fit`, `train_on_batch`, `evaluate` and `predict`
+everywhere in the package."""
 
 import importlib
 import inspect
@@ -9,11 +10,13 @@ import pkgutil
 
 import keras
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 import keras_capsules
 from keras_capsules.testing import TestCase
 from tests import backend_marks
+from tests.layers import scae_cases
 from tests.models.presets_test import MODELS as _MODELS
 
 # Signatures, argument checks and saved schedules, the same code on every
@@ -167,6 +170,64 @@ class CompileTest(TestCase):
             loaded.optimizer.get_config()["learning_rate"],
             model.optimizer.get_config()["learning_rate"],
         )
+
+
+class OptimizerBuiltByCompileTest(TestCase):
+    @parameterized.named_parameters(
+        *_MODELS,
+        (
+            "stacked_capsule_autoencoder",
+            keras_capsules.models.StackedCapsuleAutoencoder,
+            scae_cases.SMALL_MODEL,
+        ),
+    )
+    def test_compile_creates_the_optimizer_variables(self, cls, config):
+        model = cls(**config)
+        model.compile()
+        optimizer = model.optimizer
+        self.assertTrue(optimizer.built)
+        # Two slots for each trainable variable (Adam's moments, RMSprop's
+        # velocity and momentum), and a training step adds none.
+        count = len(optimizer.variables)
+        self.assertGreaterEqual(count, 2 * len(model.trainable_variables))
+        rng = np.random.default_rng(0)
+        x = rng.uniform(size=(2,) + config["image_shape"]).astype("float32")
+        if "num_classes" in config:
+            y = np.eye(config["num_classes"], dtype="float32")[[0, 1]]
+            model.train_on_batch(x, y)
+        else:
+            model.train_on_batch(x)
+        self.assertEqual(int(optimizer.iterations), 1)
+        self.assertLen(optimizer.variables, count)
+        # An optimizer built for the model is kept as it is.
+        model.compile(optimizer=optimizer)
+        self.assertIs(model.optimizer, optimizer)
+        self.assertLen(optimizer.variables, count)
+
+
+# Keras builds the optimizer inside the first trace of the train step
+# unless `compile` did, and TensorFlow traces a function that creates
+# variables a second time.
+@pytest.mark.backends("tensorflow")
+class FirstStepTracedOnceTest(TestCase):
+    def test_fit_traces_the_train_step_once(self):
+        _, cls, config = _MODELS[0]
+        model = cls(**config)
+        model.compile()
+        traces = []
+        train_step = model.train_step
+
+        def counted(data):
+            traces.append(1)
+            return train_step(data)
+
+        model.train_step = counted
+        rng = np.random.default_rng(0)
+        x = rng.uniform(size=(4,) + config["image_shape"]).astype("float32")
+        y = np.eye(config["num_classes"], dtype="float32")[[0, 1, 2, 3]]
+        model.fit(x, y, batch_size=2, epochs=2, verbose=0)
+        self.assertLen(traces, 1)
+        self.assertEqual(int(model.optimizer.iterations), 4)
 
 
 class ImageShapeTest(TestCase):
