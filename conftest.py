@@ -70,7 +70,8 @@ def _draw_small_kernels_quickly():
     # 12.5 to 15 s to compile one random draw of a (3, 3, 8, 12) kernel,
     # about 0.3 s without; the JAX run took 16 minutes with the default, 11
     # without (docs/performance.md). The data-parallel collectives check
-    # runs in a process of its own, with JAX's default.
+    # runs in a process of its own and compiles its steps with JAX's
+    # default.
     import jax
 
     jax.config.update("jax_threefry_partitionable", False)

@@ -430,6 +430,27 @@ def callbacks(args, total_steps):
     ]
 
 
+def quick_initial_draws():
+    """On JAX, a context in which the initialisers draw with the
+    non-partitionable Threefry; elsewhere, none.
+
+    With JAX's default, XLA's CPU compiler took 12.5 to 15 s to build one
+    draw of a small kernel, about 0.3 s without (docs/performance.md): a
+    model's first build here took 8 to 16 s. The steps compile outside,
+    under JAX's default, with which the Stacked Capsule Autoencoder draws
+    its noise inside the sharded train step.
+    """
+    import contextlib
+
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.threefry_partitionable(False)
+
+
 def build_compiled(engine, args, optimizer=None, weights=None):
     """Builds `--model` under `engine` (from `weights` when given) and
     compiles it with `optimizer()`, or the model's default for `None`.
@@ -438,7 +459,7 @@ def build_compiled(engine, args, optimizer=None, weights=None):
     """
     import keras
 
-    with engine.scope():
+    with engine.scope(), quick_initial_draws():
         keras.utils.set_random_seed(args.seed)
         model = build_model(args)
         if weights is not None:

@@ -328,6 +328,10 @@ class StackedCapsuleAutoencoderTest(TestCase):
         model.test_on_batch(x)
         self.assertEqual(len(calls), 2)
 
+    # Eager calls, which JAX compiles operation by operation (25 s there);
+    # the image checks are the other models' too, which images_test.py
+    # checks on TensorFlow and PyTorch.
+    @pytest.mark.backends("tensorflow", "torch")
     def test_outputs_uint8_images_and_non_finite_pixels(self):
         model = _small()
         outputs = model(_images())
