@@ -13,6 +13,7 @@ from keras_capsules.models import _presets as presets
 from keras_capsules.models._images import mask_non_finite
 from keras_capsules.models._images import standardize as standardize_images
 from keras_capsules.ops._backend import resolve_jit_compile
+from keras_capsules.ops._backend import retraces_variable_creation
 
 
 def is_auto(value):
@@ -196,9 +197,9 @@ class CapsuleModel(keras.Model):
     ):
         """Configures the model for training, with the model's defaults.
 
-        The optimizer's variables are created here, for the model's
-        trainable variables, where Keras would create them inside the
-        first training step: TensorFlow then traces that step once
+        On TensorFlow the optimizer's variables are created here, for the
+        model's trainable variables, where Keras would create them inside
+        the first training step: TensorFlow then traces that step once
         instead of twice.
 
         Args:
@@ -253,11 +254,13 @@ class CapsuleModel(keras.Model):
             jit_compile=jit_compile,
             **kwargs,
         )
-        # Keras builds the optimizer inside the first trace of the train
-        # step unless a `tf.distribute` strategy is set, and TensorFlow
-        # traces a function that creates variables twice: built here, the
-        # first `fit` traces it once (CapsNet's first `fit` on TensorFlow
-        # took 13.6 s with two traces, 6.9 s with one).
+        # CapsNet's first `fit` on TensorFlow took 13.6 s with the two
+        # traces, 6.9 s with one. JAX and PyTorch keep Keras' order, which
+        # creates them at the start of `fit` under its distribution.
+        if retraces_variable_creation():
+            self._build_optimizer()
+
+    def _build_optimizer(self):
         if self.built and self.optimizer is not None:
             if not self.optimizer.built:
                 self.optimizer.build(self.trainable_variables)
@@ -282,6 +285,7 @@ class CapsuleModel(keras.Model):
         # The backend that loads the model picks its own default.
         config.pop("jit_compile", None)
         self.compile(**config)
+        self._build_optimizer()
 
     @classmethod
     def from_config(cls, config):

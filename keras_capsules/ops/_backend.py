@@ -11,6 +11,9 @@ fastest formulation differs, they ask a function here:
   rewritten stride-free (`conv.conv2d`); and the models' `compile()`
   turns XLA on, which Keras' `jit_compile="auto"` leaves off for
   TensorFlow on a CPU-only machine.
+- TensorFlow traces a function that creates variables a second time, and
+  Keras creates the optimizer's inside the first trace of the train step:
+  there the models' `compile()` creates them beforehand.
 - PyTorch runs eagerly (or under `torch.compile`), where its own `sum` and
   strided convolution gradients are the fast paths: votes positions first
   with each pose in one piece (`em/_vote_layouts.PositionsFirst`), plain
@@ -44,6 +47,14 @@ def freezes_untracked_variables():
     track as a constant of its trace (JAX's stateless steps), so that a
     new value is seen only after the step is traced again."""
     return keras.backend.backend() == "jax"
+
+
+def retraces_variable_creation():
+    """Whether a compiled function that creates variables on its first call
+    is traced again (TensorFlow's `tf.function`): Keras, without a
+    `tf.distribute` strategy, creates the optimizer's variables inside the
+    first trace of the train step."""
+    return keras.backend.backend() == "tensorflow"
 
 
 def resolve_jit_compile(model, jit_compile, run_eagerly=False):
