@@ -1,7 +1,7 @@
-"""What the three models share: one `compile` and `default_optimizer`
-signature, `total_steps` checked alike, an optimizer built by `compile`,
-and Keras's own `fit`, `train_on_batch`, `evaluate` and `predict`
-everywhere in the package."""
+"""What the models share: one `compile` and `default_optimizer` signature,
+`total_steps` checked alike, an optimizer that `compile` builds on
+TensorFlow, and Keras's own `fit`, `train_on_batch`, `evaluate` and
+`predict` everywhere in the package."""
 
 import importlib
 import inspect
