@@ -62,6 +62,7 @@ Set the backend with `KERAS_BACKEND=jax|tensorflow`.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -440,8 +441,6 @@ def quick_initial_draws():
     under JAX's default, with which the Stacked Capsule Autoencoder draws
     its noise inside the sharded train step.
     """
-    import contextlib
-
     import keras
 
     if keras.backend.backend() != "jax":

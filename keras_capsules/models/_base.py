@@ -254,16 +254,17 @@ class CapsuleModel(keras.Model):
             jit_compile=jit_compile,
             **kwargs,
         )
-        # CapsNet's first `fit` on TensorFlow took 13.6 s with the two
-        # traces, 6.9 s with one. JAX and PyTorch keep Keras' order, which
-        # creates them at the start of `fit` under its distribution.
+        # CapsNet's first `fit` on TensorFlow took 13.6 s with two traces,
+        # 6.9 s with one. JAX and PyTorch keep Keras' order, which creates
+        # the optimizer's variables at the start of `fit`, under its
+        # distribution.
         if retraces_variable_creation():
             self._build_optimizer()
 
     def _build_optimizer(self):
-        if self.built and self.optimizer is not None:
-            if not self.optimizer.built:
-                self.optimizer.build(self.trainable_variables)
+        optimizer = self.optimizer
+        if self.built and optimizer is not None and not optimizer.built:
+            optimizer.build(self.trainable_variables)
 
     def default_optimizer(self, total_steps=None):
         """The optimizer of `compile(optimizer="auto")`."""
