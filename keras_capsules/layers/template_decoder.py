@@ -207,56 +207,44 @@ class TemplateDecoder(keras.layers.Layer):
         """The templates before warping: `(1, num_parts, h, w, channels)`,
         or with `colorize_templates=True` and `features` coloured by the
         features of each example, `(batch, num_parts, h, w, channels)`."""
-        return self._colored(self._shared_templates(), self._colors(features))
-
-    def _shared_templates(self):
-        """The uncoloured templates, `(1, num_parts, h, w, channels)`."""
-        return ops.expand_dims(
+        templates = ops.expand_dims(
             _activation(self.template_activation, self.template_logits), 0
         )
-
-    def _colors(self, features):
-        """Each example's colour of each template, `(batch, num_parts,
-        channels)`, or `None` without colouring."""
         if not self.colorize_templates or features is None:
-            return None
-        colors = self.color_output(self.color_hidden(features))
-        if self.color_activation == "relu1":
-            colors = colors + 0.99
-        return _activation(self.color_activation, colors)
-
-    @staticmethod
-    def _colored(templates, colors):
-        """`templates` `(batch or 1, num_parts, ..., channels)` times
-        `colors` `(batch, num_parts, channels)`, if any."""
-        if colors is None:
             return templates
-        return templates * colors[:, :, None, None, :]
+        color = self.color_output(self.color_hidden(features))
+        if self.color_activation == "relu1":
+            color = color + 0.99
+        color = _activation(self.color_activation, color)
+        return templates * color[:, :, None, None, :]
 
     def call(self, poses, features=None):
-        # Warping is linear in the template values, so the shared
-        # templates are warped and the warped ones coloured: every
-        # example reads one copy of the templates.
-        shared = self._shared_templates()
-        colors = self._colors(features)
+        templates = self.templates(features)
         background = ops.sigmoid(self.background_value)
         if self.use_alpha_channel:
-            stacked = ops.concatenate([shared, self.template_alpha[None]], -1)
-            warped = warp_templates(stacked, poses, self.output_size)
-            warped_templates = self._colored(
-                warped[..., : self.channels], colors
+            stacked = ops.concatenate(
+                [
+                    templates,
+                    ops.broadcast_to(
+                        self.template_alpha[None],
+                        tuple(ops.shape(templates)[:-1]) + (1,),
+                    ),
+                ],
+                axis=-1,
             )
+            warped = warp_templates(stacked, poses, self.output_size)
+            warped_templates = warped[..., : self.channels]
             logits = warped[..., self.channels :]
             background_logit = ops.softplus(self.background_logit)
         else:
-            warped_templates = self._colored(
-                warp_templates(shared, poses, self.output_size), colors
+            warped_templates = warp_templates(
+                templates, poses, self.output_size
             )
             temperature = ops.softplus(self.temperature_logit + 0.5) + 1e-4
             logits = warped_templates / temperature
             background_logit = background / temperature
         return {
-            "source_templates": self._colored(shared, colors),
+            "source_templates": templates,
             "templates": warped_templates,
             "template_logits": logits,
             "background": background,

@@ -21,10 +21,9 @@ fastest formulation differs, they ask a function here:
   the SCAE's bilinear sampler keeps its forward intermediates for its
   gradient (`_bilinear.sample_points`) instead of recomputing them.
 - JAX partitions the compiled step itself under data parallelism: there
-  `ops.bilinear_sample` gathers from each image's own table of cells
-  (`_bilinear.sample_points`), which keeps the batch split; TensorFlow
-  and PyTorch gather faster from one table of the batch. The SCAE's
-  templates, which every example shares, are one table on every backend.
+  the SCAE's bilinear sampler gathers from each image's own table of
+  cells (`_bilinear.sample_points`), which keeps the batch split; TensorFlow
+  and PyTorch gather faster from one table of the batch.
 
 Symbolic tensors (functional model construction) only need shapes: they
 take plain sums and `keras.ops.pad`.
@@ -92,9 +91,7 @@ def gathers_per_example():
 
     On JAX the per-example gather keeps the batch split under
     `keras.distribution.DataParallel`, where XLA would gather the whole
-    batch's table onto every device for the flat one. Images that every
-    example shares (the SCAE's templates) take the flat table on every
-    backend: it is not split with the batch. TensorFlow's
+    batch's table onto every device for the flat one. TensorFlow's
     data parallelism (`tf.distribute`) runs one graph per device, and its
     `take_along_axis` gathers scalars, not rows: the flat gather with its
     hand-written scatter made the SCAE's training step 2x faster there,

@@ -14,11 +14,8 @@ _CORNERS = ((0, 0), (0, 1), (1, 0), (1, 1))
 
 def sample_points(images, x, y):
     """Bilinear samples of `images` `(n, h, w, channels)` at the points
-    `(x, y)`, two tensors of shape `(..., n, points)`: point `[..., i, p]`
-    reads image `i`; zeros outside the images. Returns `(..., n, points,
-    channels)`. Leading axes share the images: the template decoder of
-    Stacked Capsule Autoencoders reads its `n` templates for every example
-    of a batch without a copy of them per example.
+    `(x, y)`, two tensors of shape `(n, points)`: row `i` reads image
+    `i`; zeros outside the images. Returns `(n, points, channels)`.
 
     Each image is padded with one pixel of zeros and turned into a table
     of its cells: row `(r, c)` holds the 2x2 pixels whose top-left corner
@@ -30,19 +27,18 @@ def sample_points(images, x, y):
     scatter-add of the cells' weighted upstream gradients, folded back
     onto the pixels.
 
-    Where `_backend.gathers_per_example` says so (JAX) and there are no
-    leading axes, every image has its own table (`take_along_axis`), and
-    the scatter is the gather's own gradient: under data parallelism each
-    device then reads and writes only its share of the batch. Elsewhere
-    one table holds all the images, and the scatter is written out: both
-    are faster there, and images shared by a batch are not split with it.
-    Where
+    Where `_backend.gathers_per_example` says so (JAX), every image has
+    its own table (`take_along_axis`), and the scatter is the gather's own
+    gradient: under data parallelism each device then reads and writes
+    only its share of the batch. Elsewhere one table holds the whole
+    batch, and the scatter is written out: both are faster there. Where
     `_backend.keeps_sampling_intermediates` says so (PyTorch, eager),
     `_sample_keeping` keeps what the gradient reads instead.
     """
     if keeps_sampling_intermediates():
         return _sample_keeping(images, x, y)
     _, height, width, channels = images.shape
+    num_cells = (height + 1) * (width + 1)
 
     def cells(x, y):
         # Padded coordinates: pixel (0, 0) of the image is (1, 1).
@@ -101,7 +97,7 @@ def sample_points(images, x, y):
             axis=-1,
         )
 
-    if gathers_per_example() and len(x.shape) == 2:
+    if gathers_per_example():
 
         def gather(table, index):
             return ops.take_along_axis(table, index[..., None], axis=1)
@@ -128,8 +124,10 @@ def sample_points(images, x, y):
         return mix_neighbours(values, ops.stop_gradient(table), x, y)
 
     def rows_of(index):
-        # Rows of the table of all the images, one per point, `(m, 1)`.
-        return ops.reshape(index + _image_offsets(images, "int32"), (-1, 1))
+        # Rows of the batch's table, `(n * points, 1)`.
+        num_images = ops.shape(index)[0]
+        offsets = ops.arange(num_images, dtype="int32")[:, None] * num_cells
+        return ops.reshape(index + offsets, (-1, 1))
 
     def gather_rows(images, index):
         table = ops.reshape(_cell_table(images), (-1, 4 * channels))
@@ -170,15 +168,6 @@ def _cell_table(images):
         axis=-1,
     )
     return ops.reshape(table, (-1, (height + 1) * (width + 1), 4 * channels))
-
-
-def _image_offsets(images, dtype):
-    """The first row of each image in the table of all the cells of
-    `images` `(n, h, w, channels)`: `(n, 1)`, to add to cell indices of
-    shape `(..., n, points)`."""
-    _, height, width, _ = images.shape
-    num_cells = (height + 1) * (width + 1)
-    return ops.arange(ops.shape(images)[0], dtype=dtype)[:, None] * num_cells
 
 
 def _upstream(args, upstream):
@@ -228,6 +217,7 @@ def _sample_keeping(images, x, y):
     is.
     """
     _, height, width, channels = images.shape
+    num_cells = (height + 1) * (width + 1)
 
     @ops.custom_gradient
     def sample(images, x, y):
@@ -243,8 +233,10 @@ def _sample_keeping(images, x, y):
         row = ops.minimum(ops.floor(y_in), float(height))
         wx = (x_in - col)[..., None]
         wy = (y_in - row)[..., None]
+        num_images = ops.shape(images)[0]
+        offsets = ops.arange(num_images, dtype="int64")[:, None] * num_cells
         rows = ops.cast(row, "int64") * (width + 1) + ops.cast(col, "int64")
-        rows = ops.reshape(rows + _image_offsets(images, "int64"), (-1,))
+        rows = ops.reshape(rows + offsets, (-1,))
         table = ops.reshape(_cell_table(images), (-1, 4 * channels))
         values = ops.take(table, rows, axis=0)
         values = ops.reshape(values, tuple(ops.shape(x)) + (4, channels))

@@ -233,22 +233,18 @@ def warp_templates(templates, transforms, output_size):
     source_size = tuple(templates.shape[2:4])
     channels = templates.shape[-1]
     dtype, compute_dtype = compute_dtypes(templates)
-    templates = ops.cast(templates, compute_dtype)
+    templates = ops.broadcast_to(
+        ops.cast(templates, compute_dtype),
+        (batch, num_templates) + tuple(ops.shape(templates)[2:]),
+    )
+    images = ops.reshape(templates, (-1,) + source_size + (channels,))
     x, y = _source_points(
         ops.cast(transforms, compute_dtype), output_size, source_size
     )
-    if templates.shape[0] == 1:
-        # Shared templates: every example reads the same ones, uncopied.
-        warped = sample_points(templates[0], x, y)
-    else:
-        templates = ops.broadcast_to(
-            templates, (batch, num_templates) + tuple(ops.shape(templates)[2:])
-        )
-        images = ops.reshape(templates, (-1,) + source_size + (channels,))
-        points = output_size[0] * output_size[1]
-        warped = sample_points(
-            images, ops.reshape(x, (-1, points)), ops.reshape(y, (-1, points))
-        )
+    points = output_size[0] * output_size[1]
+    warped = sample_points(
+        images, ops.reshape(x, (-1, points)), ops.reshape(y, (-1, points))
+    )
     warped = ops.reshape(
         warped, (batch, num_templates) + output_size + (channels,)
     )

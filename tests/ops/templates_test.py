@@ -12,9 +12,8 @@ from tests import gradients
 from tests import references
 
 pytestmark = backend_marks.EAGER
-# The sampler's gather differs by backend (`ops/_backend.gathers_per_example`):
-# JAX gathers from each image's own table, but from one table for templates
-# shared by the batch. Its tests run on every backend.
+# The sampler's gather differs by backend (`ops/_backend.gathers_per_example`:
+# JAX gathers from each image's own table): its tests run on every backend.
 SAMPLER = backend_marks.COMPILED
 
 
