@@ -4,6 +4,7 @@ import keras
 
 from keras_capsules._validation import check_int
 from keras_capsules._validation import check_non_negative_number
+from keras_capsules.ops._backend import draws_uniform_in_float64
 
 
 def check_noise_arguments(noise_scale, inference_noise_seed):
@@ -33,10 +34,11 @@ def presence_noise(layer, shape, dtype, training):
         seed = layer.inference_noise_seed
     else:
         return None
+    draw_dtype = "float64" if draws_uniform_in_float64() else dtype
     noise = keras.random.uniform(
-        shape, minval=-0.5, maxval=0.5, dtype=dtype, seed=seed
+        shape, minval=-0.5, maxval=0.5, dtype=draw_dtype, seed=seed
     )
-    return noise * layer.noise_scale
+    return keras.ops.cast(noise, dtype) * layer.noise_scale
 
 
 # The entry of a weights file that holds a noisy layer's generator state.

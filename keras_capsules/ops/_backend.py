@@ -13,7 +13,9 @@ fastest formulation differs, they ask a function here:
   TensorFlow on a CPU-only machine.
 - TensorFlow traces a function that creates variables a second time, and
   Keras creates the optimizer's inside the first trace of the train step:
-  there the models' `compile()` creates them beforehand.
+  there the models' `compile()` creates them beforehand. Its XLA draws
+  float32 uniform numbers slowly on a CPU: the SCAE's presence noise is
+  drawn in float64 (`draws_uniform_in_float64`).
 - PyTorch runs eagerly (or under `torch.compile`), where its own `sum` and
   strided convolution gradients are the fast paths: votes positions first
   with each pose in one piece (`em/_vote_layouts.PositionsFirst`), plain
@@ -114,6 +116,20 @@ def keeps_sampling_intermediates():
     hold more memory.
     """
     return keras.backend.backend() == "torch"
+
+
+def draws_uniform_in_float64():
+    """Whether uniform noise (the SCAE's presence noise) is drawn in
+    float64 and cast to its dtype (TensorFlow), rather than drawn in its
+    dtype.
+
+    TensorFlow compiles a float32 uniform draw under XLA into a CPU loop
+    that took 44 ms for the 167,936 numbers of the SCAE's object presence
+    noise on two cores, the float64 draw 1.1 ms: the SCAE's training step
+    is about a tenth faster (docs/performance.md). JAX and PyTorch draw
+    float32 in about 1 ms.
+    """
+    return keras.backend.backend() == "tensorflow"
 
 
 def chunked_sums(x):
