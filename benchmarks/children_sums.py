@@ -18,8 +18,6 @@ Usage:
 """
 
 import argparse
-import json
-import time
 
 import keras
 import numpy as np
@@ -46,19 +44,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def _jit(fn):
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(fn, jit_compile=True)
-    if backend == "jax":
-        import jax
-
-        return jax.jit(fn)
-    raise SystemExit("XLA backends only: KERAS_BACKEND=tensorflow or jax.")
-
-
 def time_sum(children, positions, num_out, slices, batch, steps):
     """Median seconds of one jit-compiled weighted sum over the children."""
     rng = np.random.default_rng(0)
@@ -66,14 +51,12 @@ def time_sum(children, positions, num_out, slices, batch, steps):
     weights = rng.random((children, batch, positions, 1, num_out, 1))
     votes = keras.ops.convert_to_tensor(votes.astype("float32"))
     weights = keras.ops.convert_to_tensor(weights.astype("float32"))
-    fn = _jit(lambda w, v: _reductions.sliced_sum(w * v, 0, slices))
-    keras.ops.convert_to_numpy(fn(weights, votes))
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        keras.ops.convert_to_numpy(fn(weights, votes))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    fn = common.xla_compiled(
+        lambda w, v: _reductions.sliced_sum(w * v, 0, slices)
+    )
+    if fn is None:
+        raise SystemExit("XLA backends only: KERAS_BACKEND=tensorflow or jax.")
+    return common.median_call_seconds(fn, steps, weights, votes)
 
 
 def main(argv=None):
@@ -111,14 +94,7 @@ def main(argv=None):
                 flush=True,
             )
     if args.json:
-        result = {
-            "arguments": vars(args),
-            "environment": common.environment(),
-            "rows": rows,
-        }
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-        print(f"wrote {args.json}")
+        common.write_rows(args.json, args, rows)
 
 
 if __name__ == "__main__":

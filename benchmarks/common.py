@@ -10,9 +10,11 @@ naming a CUDA device creates its context.
 """
 
 import argparse
+import json
 import os
 import platform
 import sys
+import time
 
 import keras
 import numpy as np
@@ -130,6 +132,42 @@ def environment():
             "TF_CPU_ALLOCATOR_USE_BFC", ""
         ),
     }
+
+
+def xla_compiled(fn):
+    """`fn` compiled with XLA (TensorFlow, JAX), or `None` elsewhere."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, jit_compile=True)
+    if backend == "jax":
+        import jax
+
+        return jax.jit(fn)
+    return None
+
+
+def median_call_seconds(fn, steps, *args):
+    """Median seconds of `steps` calls of `fn(*args)`, each until its
+    result is on the host, after one untimed call."""
+    keras.ops.convert_to_numpy(fn(*args))
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        keras.ops.convert_to_numpy(fn(*args))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def write_rows(path, args, rows):
+    """Writes a script's arguments, the environment and its result rows
+    as JSON to `path`, and says so."""
+    result = {"arguments": vars(args), "environment": environment()}
+    result["rows"] = rows
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {path}")
 
 
 def default_jit_compile(jit=None):

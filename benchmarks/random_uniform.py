@@ -14,11 +14,8 @@ Usage:
 """
 
 import argparse
-import json
-import time
 
 import keras
-import numpy as np
 
 from benchmarks import common
 
@@ -33,19 +30,6 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--json", default=None)
     return parser.parse_args(argv)
-
-
-def _compiled(fn):
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(fn, jit_compile=True)
-    if backend == "jax":
-        import jax
-
-        return jax.jit(fn)
-    return fn
 
 
 def time_draw(shape, draw_dtype, steps):
@@ -63,14 +47,7 @@ def time_draw(shape, draw_dtype, steps):
         )
         return keras.ops.sum(keras.ops.cast(noise, "float32"))
 
-    fn = _compiled(draw)
-    keras.ops.convert_to_numpy(fn())
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        keras.ops.convert_to_numpy(fn())
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return common.median_call_seconds(common.xla_compiled(draw) or draw, steps)
 
 
 def main(argv=None):
@@ -93,14 +70,7 @@ def main(argv=None):
                 flush=True,
             )
     if args.json:
-        result = {
-            "arguments": vars(args),
-            "environment": common.environment(),
-            "rows": rows,
-        }
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-        print(f"wrote {args.json}")
+        common.write_rows(args.json, args, rows)
 
 
 if __name__ == "__main__":
