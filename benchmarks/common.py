@@ -163,8 +163,11 @@ def median_call_seconds(fn, steps, *args):
 def write_rows(path, args, rows):
     """Writes a script's arguments, the environment and its result rows
     as JSON to `path`, and says so."""
-    result = {"arguments": vars(args), "environment": environment()}
-    result["rows"] = rows
+    result = {
+        "arguments": vars(args),
+        "environment": environment(),
+        "rows": rows,
+    }
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
     print(f"wrote {path}")

@@ -6,7 +6,9 @@ _presence_noise.py`). This script times `keras.random.uniform` of that
 shape drawn in float32 and drawn in float64 then cast to float32 (what
 `ops/_backend.draws_uniform_in_float64` chooses on TensorFlow), compiled
 with XLA on TensorFlow and JAX and eagerly on PyTorch: the median of
-`--steps` calls after one warm-up call, in milliseconds.
+`--steps` calls after one warm-up call, in milliseconds. JAX without
+64-bit mode (its default) draws float32 when asked for float64: its two
+rows are the same draw.
 
 Usage:
     KERAS_BACKEND=tensorflow python -m benchmarks.random_uniform \\
