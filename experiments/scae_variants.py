@@ -26,7 +26,10 @@ loss's four sparsity weights (`--sparsity-scale`), and the
 optimizer (`official`: `compile()`'s RMSprop at a constant 3e-5;
 `rmsprop`: the same RMSprop at `--learning-rate`; `adam`) with a linear
 warm-up over `--warmup-steps` and then a cosine to `--floor` times the
-rate over the remaining steps (`--floor 1`: constant).
+rate over the remaining steps (`--floor 1`: constant). `--decay-from S`
+with `--resume` continues a run at the rate it has reached, constant
+until step `S` and then along a cosine to `--floor` times the rate by
+`--steps` (a constant-rate run given a decay at its end).
 
 Usage:
     KERAS_BACKEND=tensorflow python experiments/scae_variants.py \\
@@ -99,6 +102,13 @@ def parse_args(argv=None):
     parser.add_argument("--learning-rate", type=float, default=3e-5)
     parser.add_argument("--warmup-steps", type=int, default=0)
     parser.add_argument("--floor", type=float, default=1.0)
+    parser.add_argument(
+        "--decay-from",
+        type=int,
+        default=None,
+        help="With --resume: constant rate until this step, then a cosine "
+        "to --floor times the rate by --steps.",
+    )
     parser.add_argument("--test", action="store_true")
     parser.add_argument("--jsonl", default="scae_variants.jsonl")
     parser.add_argument("--save", default=None, help="A .keras file.")
@@ -110,6 +120,8 @@ def parse_args(argv=None):
     parser.add_argument("--plot", default=None, help="A .png file.")
     parser.add_argument("--smoke", action="store_true", help="A tiny run.")
     args = parser.parse_args(argv)
+    if args.decay_from is not None and not args.resume:
+        parser.error("--decay-from continues a run: it needs --resume.")
     if args.steps is None:
         args.steps = 2 if args.smoke else 5000
     if args.smoke:
@@ -263,6 +275,14 @@ def main(argv=None):
     if args.resume:
         model = keras.saving.load_model(args.resume)
         done = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+        if args.decay_from is not None:
+            model.optimizer.learning_rate = warmup_cosine(
+                args.learning_rate,
+                args.steps,
+                args.decay_from,
+                args.floor,
+                start=args.learning_rate,
+            )
     else:
         initial = SCAE.from_preset("scae_mnist", seed=args.seed, **size)
         model = SCAE.from_preset(
@@ -299,6 +319,7 @@ def main(argv=None):
             "learning_rate",
             "warmup_steps",
             "floor",
+            "decay_from",
             "batch_size",
         )
     }

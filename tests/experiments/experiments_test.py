@@ -122,6 +122,30 @@ class ScaeVariantsResumeTest(TestCase):
         self.assertEqual(resumed[:2], first)
         self.assertAllClose(resumed, whole, rtol=1e-4)
 
+    def test_decay_from_holds_the_rate_then_follows_a_cosine(self):
+        scae_variants = load_experiment("scae_variants")
+        folder = self.get_temp_dir()
+        flags = ["--smoke", "--jsonl", f"{folder}/runs.jsonl"]
+        flags += ["--optimizer", "rmsprop", "--learning-rate", "1e-3"]
+        scae_variants.main(
+            [*flags, "--steps", "2", "--save", f"{folder}/a.keras"]
+        )
+        scae_variants.main(
+            [*flags, "--steps", "6", "--resume", f"{folder}/a.keras"]
+            + ["--decay-from", "4", "--floor", "0.1"]
+            + ["--save", f"{folder}/b.keras"]
+        )
+        optimizer = keras.saving.load_model(f"{folder}/b.keras").optimizer
+        self.assertEqual(int(optimizer.iterations), 6)
+        schedule = keras.optimizers.schedules.deserialize(
+            optimizer.get_config()["learning_rate"]
+        )
+        rates = [float(schedule(step)) for step in range(2, 7)]
+        # Constant to step 4, half-way down the cosine at 5, the floor at 6.
+        self.assertAllClose(rates, [1e-3, 1e-3, 1e-3, 5.5e-4, 1e-4])
+        with self.assertRaisesRegex(SystemExit, "2"):
+            scae_variants.main([*flags, "--decay-from", "4"])
+
 
 class SeededBatchesTest(TestCase):
     def test_batches_depend_only_on_seed_epoch_and_index(self):
