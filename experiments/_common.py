@@ -354,6 +354,40 @@ def warmup_cosine(peak, total_steps, warmup_steps=0, floor=0.0, start=0.0):
     )
 
 
+@keras.saving.register_keras_serializable(package="experiments")
+class WarmupHoldCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """A learning rate that goes linearly from 0 to `peak` over
+    `warmup_steps`, holds `peak` until step `decay_from`, then follows a
+    cosine to `floor` times the peak at `total_steps` (and stays there):
+    the rates of `warmup_cosine(peak, decay_from, warmup_steps, floor=1)`
+    then of `warmup_cosine(peak, total_steps, decay_from, floor,
+    start=peak)`, in one schedule that a saved optimizer keeps."""
+
+    def __init__(self, peak, total_steps, warmup_steps, decay_from, floor):
+        self.peak, self.total_steps = peak, total_steps
+        self.warmup_steps, self.decay_from = warmup_steps, decay_from
+        self.floor = floor
+
+    def __call__(self, step):
+        step = keras.ops.cast(step, "float32")
+        warm = self.peak * (step / max(1, self.warmup_steps))
+        decay_steps = max(1, self.total_steps - self.decay_from)
+        fraction = keras.ops.clip((step - self.decay_from) / decay_steps, 0, 1)
+        cosine = 0.5 * (1.0 + keras.ops.cos(np.pi * fraction))
+        decayed = self.peak * ((1 - self.floor) * cosine + self.floor)
+        held = keras.ops.where(step < self.decay_from, self.peak, decayed)
+        return keras.ops.where(step < self.warmup_steps, warm, held)
+
+    def get_config(self):
+        return {
+            "peak": self.peak,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "decay_from": self.decay_from,
+            "floor": self.floor,
+        }
+
+
 def official_matrix_optimizer():
     """Adam with the official EM code's schedule: 0.01 decayed continuously
     by 0.96 every 20,000 steps, `epsilon=1e-8`."""

@@ -26,10 +26,13 @@ loss's four sparsity weights (`--sparsity-scale`), and the
 optimizer (`official`: `compile()`'s RMSprop at a constant 3e-5;
 `rmsprop`: the same RMSprop at `--learning-rate`; `adam`) with a linear
 warm-up over `--warmup-steps` and then a cosine to `--floor` times the
-rate over the remaining steps (`--floor 1`: constant). `--decay-from S`
-with `--resume` continues a run at the rate it has reached, constant
-until step `S` and then along a cosine to `--floor` times the rate by
-`--steps` (a constant-rate run given a decay at its end).
+rate over the remaining steps (`--floor 1`: constant); with
+`--decay-from S`, the rate is held after the warm-up until step `S` and
+follows the cosine from there (a run resumed with it continues at the
+rate it has reached: a constant-rate run given a decay at its end).
+`--preset DIR`, with `--test`, saves the trained network as a preset
+directory whose metadata holds the test scores and the command that
+trains it from the start.
 
 Usage:
     KERAS_BACKEND=tensorflow python experiments/scae_variants.py \\
@@ -49,6 +52,7 @@ import time
 
 import keras
 import numpy as np
+from _common import WarmupHoldCosine
 from _common import append_jsonl
 from _common import load_digits
 from _common import warmup_cosine
@@ -106,10 +110,15 @@ def parse_args(argv=None):
         "--decay-from",
         type=int,
         default=None,
-        help="With --resume: constant rate until this step, then a cosine "
-        "to --floor times the rate by --steps.",
+        help="Hold the rate after the warm-up until this step, then a "
+        "cosine to --floor times the rate by --steps.",
     )
     parser.add_argument("--test", action="store_true")
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="With --test: a preset directory to save the network to.",
+    )
     parser.add_argument("--jsonl", default="scae_variants.jsonl")
     parser.add_argument("--save", default=None, help="A .keras file.")
     parser.add_argument(
@@ -120,10 +129,17 @@ def parse_args(argv=None):
     parser.add_argument("--plot", default=None, help="A .png file.")
     parser.add_argument("--smoke", action="store_true", help="A tiny run.")
     args = parser.parse_args(argv)
-    if args.decay_from is not None and not args.resume:
-        parser.error("--decay-from continues a run: it needs --resume.")
     if args.steps is None:
         args.steps = 2 if args.smoke else 5000
+    if args.decay_from is not None and not (
+        args.warmup_steps <= args.decay_from < args.steps
+    ):
+        parser.error(
+            "--decay-from must lie between the warm-up's end and --steps. "
+            f"Received: --decay-from={args.decay_from}"
+        )
+    if args.preset and not args.test:
+        parser.error("--preset saves a scored network: it needs --test.")
     if args.smoke:
         args.eval_every, args.log_every = 2, 1
         args.validation, args.batch_size = 20, 8
@@ -151,13 +167,26 @@ class Window(keras.utils.PyDataset):
         self.window += 1
 
 
+def schedule(args):
+    """The variant's learning rate (see the module's docstring)."""
+    if args.decay_from is None:
+        return warmup_cosine(
+            args.learning_rate, args.steps, args.warmup_steps, args.floor
+        )
+    return WarmupHoldCosine(
+        args.learning_rate,
+        args.steps,
+        args.warmup_steps,
+        args.decay_from,
+        args.floor,
+    )
+
+
 def optimizer(model, args):
     """`None` for `compile()`'s official RMSprop, else the variant's."""
     if args.optimizer == "official":
         return None
-    rate = warmup_cosine(
-        args.learning_rate, args.steps, args.warmup_steps, args.floor
-    )
+    rate = schedule(args)
     if args.optimizer == "adam":
         return keras.optimizers.Adam(rate)
     official = model.default_optimizer()
@@ -183,6 +212,87 @@ def score(model, canvases, labels):
         finite = np.isfinite(out[name]).all() and np.isfinite(logits).all()
         result[f"{kind}_finite"] = bool(finite)
     return result
+
+
+# The flags that define a run, in the order its command spells them.
+RUN_FLAGS = (
+    "name",
+    "seed",
+    "presence_masking",
+    "noise_scale",
+    "sparsity_scale",
+    "optimizer",
+    "learning_rate",
+    "warmup_steps",
+    "floor",
+    "decay_from",
+    "steps",
+    "batch_size",
+    "validation",
+    "eval_every",
+)
+
+
+def command(args):
+    """The command that trains the run of `args` from the start."""
+    words = [
+        f"KERAS_BACKEND={keras.backend.backend()}",
+        "python experiments/scae_variants.py --data-dir path/to/mnist",
+    ]
+    for key in RUN_FLAGS:
+        value = getattr(args, key)
+        if value is not None:
+            words.append(f"--{key.replace('_', '-')} {value}")
+    if args.normalize_part_mixing:
+        words.append("--normalize-part-mixing")
+    words.append(f"--jsonl runs/{args.name}.jsonl --test")
+    words.append(f"--preset {args.preset}")
+    return " ".join(words)
+
+
+def run_minutes(jsonl, name):
+    """The minutes that the run `name` of `jsonl` took to its last
+    evaluation, summed over the invocations that resumed it."""
+    last = {}
+    with open(jsonl) as file:
+        for line in file:
+            record = json.loads(line)
+            if record["name"] == name and "validation" in record:
+                last[record.get("resumed_at", 0)] = record["minutes"]
+    return round(sum(last.values()), 1)
+
+
+def save_preset(model, args, record, train_images, validation_images):
+    """Saves the scored `model` as the preset directory `args.preset`."""
+    test = {k: v for k, v in record["test"].items() if "finite" not in k}
+    official = record["test_official"]
+    official = {k: v for k, v in official.items() if "finite" not in k}
+    model.save_to_preset(
+        args.preset,
+        metadata={
+            "description": "A Stacked Capsule Autoencoder trained on MNIST "
+            f"digits without labels: the {args.name} run of "
+            "experiments/scae_variants.py. Its test_accuracy is the "
+            "k-means accuracy of the posterior object presences on the "
+            "10,000 test digits (deterministic predict).",
+            "dataset": "mnist",
+            "images": {
+                "train": train_images,
+                "val": validation_images,
+                "test": 10000,
+            },
+            "test_accuracy": test["posterior_kmeans"],
+            "test_scores": test,
+            "test_official_scores": official,
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "images_seen": args.steps * args.batch_size,
+            "seed": args.seed,
+            "training_minutes": run_minutes(args.jsonl, args.name),
+            "pixel_range": [0.0, 1.0],
+            "command": command(args),
+        },
+    )
 
 
 PANELS = (
@@ -276,13 +386,7 @@ def main(argv=None):
         model = keras.saving.load_model(args.resume)
         done = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
         if args.decay_from is not None:
-            model.optimizer.learning_rate = warmup_cosine(
-                args.learning_rate,
-                args.steps,
-                args.decay_from,
-                args.floor,
-                start=args.learning_rate,
-            )
+            model.optimizer.learning_rate = schedule(args)
     else:
         initial = SCAE.from_preset("scae_mnist", seed=args.seed, **size)
         model = SCAE.from_preset(
@@ -323,6 +427,7 @@ def main(argv=None):
             "batch_size",
         )
     }
+    config["resumed_at"] = done
     config["validation_images"] = len(x_val)
     config["backend"] = keras.backend.backend()
     first_window = done // args.log_every
@@ -374,6 +479,8 @@ def main(argv=None):
         }
         append_jsonl(args.jsonl, record)
         print(json.dumps(record))
+        if args.preset:
+            save_preset(model, args, record, len(x_fit), len(x_val))
 
 
 if __name__ == "__main__":

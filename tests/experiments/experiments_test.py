@@ -127,24 +127,62 @@ class ScaeVariantsResumeTest(TestCase):
         folder = self.get_temp_dir()
         flags = ["--smoke", "--jsonl", f"{folder}/runs.jsonl"]
         flags += ["--optimizer", "rmsprop", "--learning-rate", "1e-3"]
+        flags += ["--warmup-steps", "2", "--floor", "0.1"]
+
+        def rates(path):
+            optimizer = keras.saving.load_model(path).optimizer
+            self.assertEqual(int(optimizer.iterations), 6)
+            schedule = keras.optimizers.schedules.deserialize(
+                optimizer.get_config()["learning_rate"]
+            )
+            return [float(schedule(step)) for step in range(8)]
+
+        # A run resumed with --decay-from at the end of a constant-rate run,
+        # and the same run from the start.
         scae_variants.main(
-            [*flags, "--steps", "2", "--save", f"{folder}/a.keras"]
+            [*flags, "--steps", "3", "--save", f"{folder}/a.keras"]
         )
         scae_variants.main(
-            [*flags, "--steps", "6", "--resume", f"{folder}/a.keras"]
-            + ["--decay-from", "4", "--floor", "0.1"]
-            + ["--save", f"{folder}/b.keras"]
+            [*flags, "--steps", "6", "--decay-from", "4"]
+            + ["--resume", f"{folder}/a.keras", "--save", f"{folder}/b.keras"]
         )
-        optimizer = keras.saving.load_model(f"{folder}/b.keras").optimizer
-        self.assertEqual(int(optimizer.iterations), 6)
-        schedule = keras.optimizers.schedules.deserialize(
-            optimizer.get_config()["learning_rate"]
+        scae_variants.main(
+            [*flags, "--steps", "6", "--decay-from", "4"]
+            + ["--save", f"{folder}/c.keras"]
         )
-        rates = [float(schedule(step)) for step in range(2, 7)]
-        # Constant to step 4, half-way down the cosine at 5, the floor at 6.
-        self.assertAllClose(rates, [1e-3, 1e-3, 1e-3, 5.5e-4, 1e-4])
+        # Up over the warm-up, held to step 4, half-way down the cosine at
+        # 5, the floor from 6 on.
+        expected = [0, 5e-4, 1e-3, 1e-3, 1e-3, 5.5e-4, 1e-4, 1e-4]
+        self.assertAllClose(rates(f"{folder}/b.keras"), expected)
+        self.assertAllClose(rates(f"{folder}/c.keras"), expected)
+        for wrong in ("1", "6"):
+            with self.assertRaisesRegex(SystemExit, "2"):
+                scae_variants.main([*flags, "--decay-from", wrong])
+
+    def test_preset_holds_the_scores_and_the_command(self):
+        scae_variants = load_experiment("scae_variants")
+        folder = self.get_temp_dir()
+        jsonl, preset = f"{folder}/runs.jsonl", f"{folder}/preset"
+        flags = ["--smoke", "--jsonl", jsonl, "--name", "fast"]
+        flags += ["--presence-masking", "log", "--steps", "2"]
+        scae_variants.main([*flags, "--test", "--preset", preset])
+        with open(jsonl) as file:
+            test = [json.loads(line) for line in file][-1]["test"]
+        model = keras_capsules.models.from_preset(preset)
+        self.assertEqual(model.presence_masking, "log")
+        with open(f"{preset}/metadata.json") as file:
+            metadata = json.load(file)
+        self.assertEqual(metadata["test_accuracy"], test["posterior_kmeans"])
+        self.assertEqual(metadata["steps"], 2)
+        self.assertEqual(metadata["images_seen"], 16)
+        self.assertRegex(
+            metadata["command"],
+            r"^KERAS_BACKEND=\w+ python experiments/scae_variants.py "
+            r"--data-dir path/to/mnist --name fast .*--presence-masking log "
+            rf".*--steps 2 .*--test --preset {preset}$",
+        )
         with self.assertRaisesRegex(SystemExit, "2"):
-            scae_variants.main([*flags, "--decay-from", "4"])
+            scae_variants.main([*flags, "--preset", preset])
 
 
 class SeededBatchesTest(TestCase):
