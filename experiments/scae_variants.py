@@ -214,11 +214,12 @@ def score(model, canvases, labels):
     return result
 
 
-# The flags that define a run, in the order its command spells them.
+# The flags that define a run, as its records and its command spell them.
 RUN_FLAGS = (
     "name",
     "seed",
     "presence_masking",
+    "normalize_part_mixing",
     "noise_scale",
     "sparsity_scale",
     "optimizer",
@@ -226,10 +227,7 @@ RUN_FLAGS = (
     "warmup_steps",
     "floor",
     "decay_from",
-    "steps",
     "batch_size",
-    "validation",
-    "eval_every",
 )
 
 
@@ -239,12 +237,13 @@ def command(args):
         f"KERAS_BACKEND={keras.backend.backend()}",
         "python experiments/scae_variants.py --data-dir path/to/mnist",
     ]
-    for key in RUN_FLAGS:
+    for key in RUN_FLAGS + ("steps", "validation", "eval_every"):
         value = getattr(args, key)
-        if value is not None:
-            words.append(f"--{key.replace('_', '-')} {value}")
-    if args.normalize_part_mixing:
-        words.append("--normalize-part-mixing")
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif value is not None and value is not False:
+            words.append(f"{flag} {value}")
     words.append(f"--jsonl runs/{args.name}.jsonl --test")
     words.append(f"--preset {args.preset}")
     return " ".join(words)
@@ -410,23 +409,7 @@ def main(argv=None):
             ),
         )
 
-    config = {
-        key: getattr(args, key)
-        for key in (
-            "name",
-            "seed",
-            "presence_masking",
-            "normalize_part_mixing",
-            "noise_scale",
-            "sparsity_scale",
-            "optimizer",
-            "learning_rate",
-            "warmup_steps",
-            "floor",
-            "decay_from",
-            "batch_size",
-        )
-    }
+    config = {key: getattr(args, key) for key in RUN_FLAGS}
     config["resumed_at"] = done
     config["validation_images"] = len(x_val)
     config["backend"] = keras.backend.backend()
