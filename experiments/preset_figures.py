@@ -12,12 +12,17 @@ it draws what applies to the preset's model:
 - `<preset>_coupling_coefficients.png`: where dynamic routing sends the
   primary capsules' votes for the first digit (CapsNet);
 - `<preset>_activation_maps.png`: where the capsules of each layer are
-  active for the first digit (MatrixCapsNet).
+  active for the first digit (MatrixCapsNet);
+- `<preset>_templates.png`, `<preset>_part_reconstructions.png` and
+  `<preset>_presence_by_class.png`: the learned part templates, eight
+  digits on the model's canvas with their reconstructions and the parts
+  that explain them, and the posterior object presences by class of the
+  1,000 sample test digits (StackedCapsuleAutoencoder).
 
 Usage:
     python experiments/preset_figures.py --output-dir docs/images
     python experiments/preset_figures.py --preset efficient_capsnet_mnist
-    # Check that everything runs (an untrained network saved as a preset).
+    # Check that everything runs (untrained networks saved as presets).
     python experiments/preset_figures.py --smoke
 
 Set the backend with `KERAS_BACKEND=jax|tensorflow|torch`.
@@ -53,7 +58,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="Draw from an untrained EfficientCapsNet saved as a preset.",
+        help="Draw from an untrained EfficientCapsNet and a small untrained "
+        "StackedCapsuleAutoencoder saved as presets.",
     )
     args = parser.parse_args(argv)
     if args.preset is None:
@@ -61,10 +67,21 @@ def parse_args(argv=None):
     return args
 
 
-def draw(model, name, images, output_dir):
+def draw(model, name, images, labels, output_dir):
     """Saves the figures that apply to `model`; returns their paths."""
     figures = {}
-    if isinstance(model, keras_capsules.models.MatrixCapsNet):
+    if isinstance(model, keras_capsules.models.StackedCapsuleAutoencoder):
+        canvases = mnist.PaddedDigits(
+            images, batch_size=len(images), shuffle=False
+        )[0]
+        figures["templates"] = visualization.learned_templates(model)
+        figures["part_reconstructions"] = visualization.part_reconstructions(
+            model, canvases[:NUM_RECONSTRUCTIONS]
+        )
+        figures["presence_by_class"] = visualization.object_presence_by_class(
+            model, canvases, labels
+        )
+    elif isinstance(model, keras_capsules.models.MatrixCapsNet):
         figures["activation_maps"] = visualization.activation_maps(
             model, images[0], max_types=16
         )
@@ -92,16 +109,27 @@ def main(argv=None):
     args = parse_args(argv)
     print(f"Keras {keras.__version__}, backend: {keras.backend.backend()}")
     os.makedirs(args.output_dir, exist_ok=True)
-    images, _ = mnist.load_sample("test")
+    images, labels = mnist.load_sample("test")
     with tempfile.TemporaryDirectory() as scratch:
         if args.smoke:
             smoke = os.path.join(scratch, "smoke")
             keras_capsules.models.EfficientCapsNet().save_to_preset(smoke)
-            args.preset = [smoke]
+            smoke_scae = os.path.join(scratch, "smoke_scae")
+            keras_capsules.models.StackedCapsuleAutoencoder(
+                num_parts=4, num_object_capsules=4, object_capsule_dim=16
+            ).save_to_preset(smoke_scae)
+            args.preset = [smoke, smoke_scae]
         for preset in args.preset:
             model = keras_capsules.models.from_preset(preset)
             name = os.path.basename(os.path.normpath(preset))
-            for path in draw(model, name, np.asarray(images), args.output_dir):
+            paths = draw(
+                model,
+                name,
+                np.asarray(images),
+                np.asarray(labels).argmax(-1),
+                args.output_dir,
+            )
+            for path in paths:
                 print(f"Saved {path}.")
 
 

@@ -51,11 +51,13 @@ _ARCHITECTURES = {
     models.CapsNet: (),
     models.EfficientCapsNet: ("mnist", "multimnist", "smallnorb"),
     models.MatrixCapsNet: ("full", "small", "tiny"),
+    models.StackedCapsuleAutoencoder: ("scae_mnist", "scae_mnist_fast"),
 }
 _TRAINED = {
     models.CapsNet: ("capsnet_mnist",),
     models.EfficientCapsNet: ("efficient_capsnet_mnist",),
     models.MatrixCapsNet: ("matrix_capsnet_small_mnist",),
+    models.StackedCapsuleAutoencoder: (),
 }
 # A shipped preset scores its recorded sample accuracy on every backend,
 # less 3 of the 1,000 images.
