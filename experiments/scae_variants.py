@@ -261,8 +261,9 @@ def run_minutes(jsonl, name):
     return round(sum(last.values()), 1)
 
 
-def save_preset(model, args, record, train_images, validation_images):
-    """Saves the scored `model` as the preset directory `args.preset`."""
+def save_preset(model, args, record, images):
+    """Saves the scored `model` as the preset directory `args.preset`;
+    `images` counts the digits of each split."""
     test = {k: v for k, v in record["test"].items() if "finite" not in k}
     official = record["test_official"]
     official = {k: v for k, v in official.items() if "finite" not in k}
@@ -273,13 +274,9 @@ def save_preset(model, args, record, train_images, validation_images):
             f"digits without labels: the {args.name} run of "
             "experiments/scae_variants.py. Its test_accuracy is the "
             "k-means accuracy of the posterior object presences on the "
-            "10,000 test digits (deterministic predict).",
+            "test digits (deterministic predict).",
             "dataset": "mnist",
-            "images": {
-                "train": train_images,
-                "val": validation_images,
-                "test": 10000,
-            },
+            "images": images,
             "test_accuracy": test["posterior_kmeans"],
             "test_scores": test,
             "test_official_scores": official,
@@ -463,7 +460,8 @@ def main(argv=None):
         append_jsonl(args.jsonl, record)
         print(json.dumps(record))
         if args.preset:
-            save_preset(model, args, record, len(x_fit), len(x_val))
+            images = dict(train=len(x_fit), val=len(x_val), test=len(x_test))
+            save_preset(model, args, record, images)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,8 @@ class ScaeVariantsResumeTest(TestCase):
         # A run resumed with --decay-from at the end of a constant-rate run,
         # and the same run from the start.
         scae_variants.main(
-            [*flags, "--steps", "3", "--save", f"{folder}/a.keras"]
+            [*flags, "--steps", "3", "--floor", "1"]
+            + ["--save", f"{folder}/a.keras"]
         )
         scae_variants.main(
             [*flags, "--steps", "6", "--decay-from", "4"]
@@ -175,6 +176,9 @@ class ScaeVariantsResumeTest(TestCase):
         self.assertEqual(metadata["test_accuracy"], test["posterior_kmeans"])
         self.assertEqual(metadata["steps"], 2)
         self.assertEqual(metadata["images_seen"], 16)
+        self.assertEqual(
+            metadata["images"], {"train": 16, "val": 20, "test": 20}
+        )
         self.assertRegex(
             metadata["command"],
             r"^KERAS_BACKEND=\w+ python experiments/scae_variants.py "
