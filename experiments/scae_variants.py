@@ -264,9 +264,10 @@ def run_minutes(jsonl, name):
 def save_preset(model, args, record, images):
     """Saves the scored `model` as the preset directory `args.preset`;
     `images` counts the digits of each split."""
-    test = {k: v for k, v in record["test"].items() if "finite" not in k}
-    official = record["test_official"]
-    official = {k: v for k, v in official.items() if "finite" not in k}
+    test, official = (
+        {k: v for k, v in record[key].items() if "finite" not in k}
+        for key in ("test", "test_official")
+    )
     model.save_to_preset(
         args.preset,
         metadata={
