@@ -77,6 +77,9 @@ class StackedCapsuleAutoencoder(CapsuleModel, architectures=_ARCHITECTURES):
     and `fit` logs each of its terms. `compile()` gives the official
     optimizer and loss (for `presence_masking="log"`, as in the fast
     configuration `"scae_mnist_fast"`, a ten times higher rate).
+    `from_preset("stacked_capsule_autoencoder_mnist")` loads a network of
+    that configuration trained on MNIST (82.1 % k-means on its posterior
+    presences on the test digits).
 
     **Outputs** of `call` and `predict`: `"object_presence"`
     `(batch, num_object_capsules)`; `"object_posterior_presence"` (the
