@@ -76,10 +76,8 @@ class StackedCapsuleAutoencoder(CapsuleModel, architectures=_ARCHITECTURES):
     `losses.StackedCapsuleAutoencoderLoss`, is computed from the outputs,
     and `fit` logs each of its terms. `compile()` gives the official
     optimizer and loss (for `presence_masking="log"`, as in the fast
-    configuration `"scae_mnist_fast"`, a ten times higher rate).
-    `from_preset("stacked_capsule_autoencoder_mnist")` loads a network of
-    that configuration trained on MNIST (82.1 % k-means on its posterior
-    presences on the test digits).
+    configuration `"scae_mnist_fast"`, a ten times higher rate; trained:
+    `"stacked_capsule_autoencoder_mnist"`, docs/presets.md).
 
     **Outputs** of `call` and `predict`: `"object_presence"`
     `(batch, num_object_capsules)`; `"object_posterior_presence"` (the
