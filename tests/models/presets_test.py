@@ -70,7 +70,10 @@ _TRAINED = {
 _SAMPLE_MARGIN = 0.003
 # The predictions (class-capsule lengths or activations, an autoencoder's
 # posterior object presences) of the first 32 sample images agree with the
-# stored ones (from the backend that trained the preset) within this.
+# stored ones (from the backend that trained the preset) within this times
+# the largest stored value where that is above 1: the autoencoder's
+# presences are sums over its 40 parts (up to 25 here), which JAX and
+# PyTorch gave 1.7e-5 and 1.5e-5 from TensorFlow's on a 2-core Xeon.
 _PREDICTION_ATOL = 1e-5
 
 
@@ -633,6 +636,9 @@ class ShippedPresetsTest(TestCase):
         )
         with np.load(_PREDICTIONS) as references:
             expected = references[name]
+        scale = max(1.0, float(np.abs(expected).max()))
         self.assertAllClose(
-            predictions[: len(expected)], expected, atol=_PREDICTION_ATOL
+            predictions[: len(expected)],
+            expected,
+            atol=_PREDICTION_ATOL * scale,
         )
