@@ -36,7 +36,9 @@ import numpy as np
 import keras_capsules
 from keras_capsules import layers
 
-PRESETS = keras_capsules.models.list_presets()
+PRESETS = {}  # the trained classifiers
+for cls in ("CapsNet", "EfficientCapsNet", "MatrixCapsNet"):
+    PRESETS.update(keras_capsules.models.list_presets(cls))
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument(
     "--data-dir", help="Training images, a subfolder a class (or the sample)."
