@@ -12,7 +12,9 @@ imported); pin the process as the official one (`taskset -c 0`). Also
 times a float32 matmul of 2048x2048 matrices with the same backend and
 threads (the machine's matmul rate, GFLOP/s). With `--flops` (JAX) it
 adds XLA's count of the arithmetic of one step (the loss and its
-gradient, compiled as one function). Prints one JSON line.
+gradient, compiled as one function), and with `--profile N` (JAX) the
+compiled operations that took longest in N calls of that function, from a
+`jax.profiler` trace. Prints one JSON line.
 
     KERAS_BACKEND=tensorflow taskset -c 0 python step_time_ours.py \\
         --threads 1
@@ -30,6 +32,13 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     step_timing.add_arguments(parser)
     parser.add_argument("--flops", action="store_true")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        help="JAX: profile this many loss-and-gradient calls and list the "
+        "compiled operations that took longest.",
+    )
     parser.add_argument(
         "--fit",
         action="store_true",
@@ -91,8 +100,8 @@ def fit_steps(model, images, labels, warmup, steps):
     return list(np.diff(ends[warmup - 1 :]))
 
 
-def step_gflop(model, images, labels):
-    """XLA's floating-point operations of the loss and its gradient (JAX)."""
+def loss_and_gradient(model, images, labels):
+    """The jitted loss and its gradient (JAX), and its arguments."""
     import jax
 
     def loss(trainable, non_trainable):
@@ -101,15 +110,63 @@ def step_gflop(model, images, labels):
         )
         return model.loss(labels, outputs)
 
-    step = jax.jit(jax.value_and_grad(loss))
-    cost = step.lower(
+    arguments = (
         [v.value for v in model.trainable_variables],
         [v.value for v in model.non_trainable_variables],
     )
-    cost = cost.compile().cost_analysis()
+    return jax.jit(jax.value_and_grad(loss)), arguments
+
+
+def step_gflop(model, images, labels):
+    """XLA's floating-point operations of the loss and its gradient (JAX)."""
+    step, arguments = loss_and_gradient(model, images, labels)
+    cost = step.lower(*arguments).compile().cost_analysis()
     if isinstance(cost, (list, tuple)):
         cost = cost[0]
     return cost["flops"] / 1e9
+
+
+def step_profile(model, images, labels, steps, top=20):
+    """The `top` compiled operations that took longest in `steps` calls of
+    the loss and its gradient (JAX, `jax.profiler`): milliseconds a step,
+    and the Keras operation each came from (XLA's `op_name`)."""
+    import gzip
+    import json
+    import re
+    import tempfile
+    from collections import Counter
+
+    import jax
+
+    step, arguments = loss_and_gradient(model, images, labels)
+    sources = {}
+    for line in step.lower(*arguments).compile().as_text().splitlines():
+        match = re.match(r"\s*(?:ROOT )?%(\S+) = ", line)
+        if match:
+            source = re.search(r'op_name="([^"]+)"', line)
+            sources[match.group(1)] = source.group(1) if source else ""
+    jax.block_until_ready(step(*arguments))
+    with tempfile.TemporaryDirectory() as folder:
+        with jax.profiler.trace(folder, create_perfetto_trace=True):
+            for _ in range(steps):
+                jax.block_until_ready(step(*arguments))
+        (path,) = [
+            os.path.join(root, name)
+            for root, _, names in os.walk(folder)
+            for name in names
+            if name.endswith(".trace.json.gz")
+        ]
+        with gzip.open(path) as file:
+            events = json.load(file)["traceEvents"]
+    micros = Counter()
+    for event in events:
+        # The compiled operations' own events (the executor's are wider).
+        if event.get("ph") == "X" and event.get("name") in sources:
+            micros[event["name"]] += event["dur"]
+    return [
+        {"op": name, "ms": round(us / steps / 1e3, 1), "source": sources[name]}
+        for name, us in micros.most_common(top)
+    ]
 
 
 def main():
@@ -155,6 +212,8 @@ def main():
     if args.flops:
         gflop = step_gflop(model, images, labels)
         record["xla_gflop_per_step"] = round(gflop, 2)
+    if args.profile:
+        record["profile"] = step_profile(model, images, labels, args.profile)
     step_timing.print_record(record)
 
 
