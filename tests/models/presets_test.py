@@ -1,6 +1,7 @@
 """Presets: `save_to_preset`, `from_preset(directory)`, `list_presets` and
 the trained presets shipped in the package."""
 
+import functools
 import importlib.util
 import json
 import os
@@ -77,9 +78,10 @@ _SAMPLE_MARGIN = 0.003
 _PREDICTION_ATOL = 1e-5
 
 
+@functools.cache
 def _ship_preset():
-    """`scripts/ship_preset.py` as a module: its `evaluate` scores a
-    shipped preset as it was scored when shipped."""
+    """`scripts/ship_preset.py` as a module (loaded once): its `evaluate`
+    scores a shipped preset as it was scored when shipped."""
     spec = importlib.util.spec_from_file_location("ship_preset", _SHIP_PRESET)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
