@@ -14,7 +14,9 @@ deterministic `predict`. The loss and its terms are averaged over every
 With `--test`, the 10,000 test digits (or the sample's 1,000) are scored
 once at the end, deterministically and with the official noisy
 evaluation (presence noise at inference, seed 0). `--save` writes the
-trained model, its optimizer state included, to a `.keras` file;
+trained model, its optimizer state included, to a `.keras` file
+(`--checkpoints DIR`: to `DIR/STEP.keras` at every evaluation, to choose
+where to stop on the validation digits);
 `--resume` continues such a file to `--steps` steps in all, on the
 batches an uninterrupted run would have drawn. `--plot OUT.png` draws
 the curves of every run in `--jsonl` (validation accuracies and the
@@ -48,6 +50,7 @@ Usage:
 
 import argparse
 import json
+import os
 import time
 
 import keras
@@ -121,6 +124,11 @@ def parse_args(argv=None):
     )
     parser.add_argument("--jsonl", default="scae_variants.jsonl")
     parser.add_argument("--save", default=None, help="A .keras file.")
+    parser.add_argument(
+        "--checkpoints",
+        default=None,
+        help="A directory: saves STEP.keras there at every evaluation.",
+    )
     parser.add_argument(
         "--resume",
         default=None,
@@ -433,6 +441,9 @@ def main(argv=None):
             }
             append_jsonl(args.jsonl, record)
             print(json.dumps({k: record[k] for k in ("step", "validation")}))
+            if args.checkpoints:
+                os.makedirs(args.checkpoints, exist_ok=True)
+                model.save(os.path.join(args.checkpoints, f"{step}.keras"))
 
     model.fit(
         windows,
