@@ -257,14 +257,19 @@ def command(args):
     return " ".join(words)
 
 
-def run_minutes(jsonl, name):
-    """The minutes that the run `name` of `jsonl` took to its last
-    evaluation, summed over the invocations that resumed it."""
+def run_minutes(jsonl, name, steps):
+    """The minutes that the run `name` of `jsonl` took to its evaluation
+    at `steps`, summed over the invocations that resumed it (an
+    invocation that went beyond `steps` counts to `steps`)."""
     last = {}
     with open(jsonl) as file:
         for line in file:
             record = json.loads(line)
-            if record["name"] == name and "validation" in record:
+            if (
+                record["name"] == name
+                and "validation" in record
+                and record["step"] <= steps
+            ):
                 last[record.get("resumed_at", 0)] = record["minutes"]
     return round(sum(last.values()), 1)
 
@@ -293,7 +298,7 @@ def save_preset(model, args, record, images):
             "batch_size": args.batch_size,
             "images_seen": args.steps * args.batch_size,
             "seed": args.seed,
-            "training_minutes": run_minutes(args.jsonl, args.name),
+            "training_minutes": run_minutes(args.jsonl, args.name, args.steps),
             "pixel_range": [0.0, 1.0],
             "command": command(args),
         },
