@@ -77,6 +77,33 @@ class TemplateMixtureTest(TestCase):
         )
         self.assertAllClose(mode, np.full(images.shape, bg), atol=1e-6)
 
+    def test_per_pixel_background(self):
+        images, templates, logits, presence, _, _ = _image_case()
+        background = _uniform(images.shape[:1] + (1,) + images.shape[1:], 5)
+        background_logit = _random(logits[:, :1].shape, seed=6)
+        case = (images, templates, logits, presence)
+        case += (background, background_logit)
+        self.assertAllClose(
+            template_mixture_log_likelihood(*case),
+            references.scae_image_log_likelihood(*case),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+
+    def test_large_logits_stay_finite(self):
+        images, templates, logits, presence, bg, bg_logit = _image_case()
+        for factor in (1e4, -1e4):
+            case = (images, templates, logits * factor, presence, bg)
+
+            def loss(x, case=case):
+                return ops.sum(template_mixture_log_likelihood(*case, x))
+
+            log_likelihood = template_mixture_log_likelihood(*case, bg_logit)
+            expected = references.scae_image_log_likelihood(*case, bg_logit)
+            self.assertAllClose(log_likelihood, expected, atol=1e-3)
+            grad = gradients.gradient(loss, np.float32(bg_logit))
+            self.assertTrue(np.isfinite(np.asarray(grad)).all())
+
     def test_gradient_with_respect_to_the_templates(self):
         images, templates, logits, presence, bg, bg_logit = _image_case(
             batch=1, num=2, size=3
