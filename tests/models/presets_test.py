@@ -73,8 +73,8 @@ _SAMPLE_MARGIN = 0.003
 # posterior object presences) of the first 32 sample images agree with the
 # stored ones (from the backend that trained the preset) within this times
 # the largest stored value where that is above 1: the autoencoder's
-# presences are sums over its 40 parts (up to 25 here), which JAX and
-# PyTorch gave 1.7e-5 and 1.5e-5 from TensorFlow's on a 2-core Xeon.
+# presences are sums over its 40 parts (up to 20 here), which JAX and
+# PyTorch gave 1.9e-5 and 2.0e-5 from TensorFlow's on a 2-core Xeon.
 _PREDICTION_ATOL = 1e-5
 
 
