@@ -447,9 +447,10 @@ def main(argv=None):
             append_jsonl(args.jsonl, record)
             print(json.dumps({k: record[k] for k in ("step", "validation")}))
             if args.checkpoints:
-                os.makedirs(args.checkpoints, exist_ok=True)
                 model.save(os.path.join(args.checkpoints, f"{step}.keras"))
 
+    if args.checkpoints:
+        os.makedirs(args.checkpoints, exist_ok=True)
     model.fit(
         windows,
         initial_epoch=first_window,
