@@ -230,7 +230,10 @@ class StackedCapsuleAutoencoderTest(TestCase):
     def test_the_fast_configuration_and_its_compile_defaults(self):
         entry = StackedCapsuleAutoencoder.presets["scae_mnist_fast"]
         self.assertFalse(entry["trained"])
-        self.assertEqual(dict(entry["config"]), {"presence_masking": "log"})
+        self.assertEqual(
+            dict(entry["config"]),
+            {"presence_masking": "log", "noise_scale": 1.0},
+        )
         model = _small(presence_masking="log")
         model.compile(total_steps=100)
         optimizer = model.optimizer
@@ -247,6 +250,23 @@ class StackedCapsuleAutoencoderTest(TestCase):
         expected = [3e-4 * min(step, 100) / 100 for step in steps]
         self.assertAllClose(
             [float(schedule(step)) for step in steps], expected, rtol=1e-6
+        )
+
+    @pytest.mark.primary_backend
+    def test_the_trained_preset_is_the_fast_configuration(self):
+        def config(name):
+            model = StackedCapsuleAutoencoder.from_preset(
+                name, load_weights=False
+            )
+            return {
+                key: value
+                for key, value in model.get_config().items()
+                if key not in ("name", "seed")
+            }
+
+        self.assertEqual(
+            config("stacked_capsule_autoencoder_mnist"),
+            config("scae_mnist_fast"),
         )
 
     @pytest.mark.primary_backend
