@@ -5,8 +5,8 @@ NeurIPS 2019, https://arxiv.org/abs/1906.06818) with its `compile()`
 defaults on digits placed at random on a 40x40 canvas, as the official
 pipeline places them: the official MNIST configuration, or with
 `--from-preset scae_mnist_fast` the fast one (presence masking "log",
-RMSprop at 3e-4 after a 100-step warm-up). The labels train only two
-linear probes on the object capsules, held out of the gradient.
+presence noise of width 1, RMSprop at 3e-4 after a 100-step warm-up).
+Labels train only two linear probes, held out of the gradient.
 
 After every epoch the test digits (canvases drawn once) are scored by the
 probes and by k-means (10 clusters, Hungarian matching, fitted on the test
