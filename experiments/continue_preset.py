@@ -16,7 +16,8 @@ and this one.
 
 This is how the shipped `capsnet_mnist` preset was made from the 7 epochs
 of `examples/capsnet_mnist.py` under the official decay, which leaves the
-learning rate near its start (docs/presets.md).
+learning rate near its start: twice, the two commands of the usage below
+(docs/presets.md).
 
 Usage:
     python experiments/continue_preset.py --preset capsnet_mnist \\
