@@ -99,9 +99,7 @@ if args.learning_rate is None:
 else:
     model.compile(
         optimizer=keras.optimizers.Adam(
-            keras.optimizers.schedules.CosineDecay(
-                args.learning_rate, total_steps
-            )
+            _common.warmup_cosine(args.learning_rate, total_steps)
         )
     )
 callbacks = [_common.TimeLimit(args.max_minutes)]
